@@ -1,0 +1,54 @@
+// Package v1beta1 contains the input type for the fleet-scheduler function.
+// +kubebuilder:object:generate=true
+// +groupName=scheduler.fn.modelplane.ai
+// +versionName=v1beta1
+package v1beta1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// AssumedBinding names the node the ledger assumes a cluster's scheduler binds
+// a pod to.
+// +kubebuilder:validation:Enum=MostFree;LeastFree
+type AssumedBinding string
+
+// The bindings the ledger can assume.
+const (
+	// AssumedBindingMostFree assumes the node with the most of the claimed
+	// devices free: kube-scheduler's default LeastAllocated scoring.
+	AssumedBindingMostFree AssumedBinding = "MostFree"
+	// AssumedBindingLeastFree assumes the node with the fewest of the claimed
+	// devices free that still fits: MostAllocated (bin-packing) scoring.
+	AssumedBindingLeastFree AssumedBinding = "LeastFree"
+)
+
+// Defaults used when the input, or a field of it, is absent.
+const (
+	DefaultObservationMaxAge = "5m"
+	DefaultAssumedBinding    = AssumedBindingMostFree
+)
+
+// Input configures how fleet-scheduler accounts for the capacity the cluster
+// agent reports. Every field is optional.
+// +kubebuilder:object:root=true
+// +kubebuilder:storageversion
+// +kubebuilder:resource:categories=crossplane
+type Input struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// ObservationMaxAge is how old a pool's observation (its observedAt) may
+	// be and still be used for free-device accounting. An older one falls back
+	// to whole-node accounting. A Go duration, for example 5m or 90s.
+	// +optional
+	// +kubebuilder:default="5m"
+	ObservationMaxAge *string `json:"observationMaxAge,omitempty"`
+
+	// AssumedBinding is which node the ledger assumes the cluster's scheduler
+	// binds a pod to. LeastFree suits clusters whose kube-scheduler scores with
+	// MostAllocated.
+	// +optional
+	// +kubebuilder:default=MostFree
+	AssumedBinding *AssumedBinding `json:"assumedBinding,omitempty"`
+}

@@ -1,0 +1,48 @@
+// Package main implements fleet-scheduler, a Crossplane composition function
+// that places the replicas of a Modelplane ModelDeployment across a fleet of
+// GPU clusters.
+package main
+
+import (
+	"strconv"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/crossplane/function-sdk-go"
+)
+
+// defaultMaxRecvMessageSizeMB holds a RunFunctionRequest carrying 10,000
+// ModelReplicas with room to spare; see the README for how it was measured.
+const defaultMaxRecvMessageSizeMB = 64
+
+// CLI of this function: the Crossplane function template's flags.
+type CLI struct {
+	Debug bool `help:"Emit debug logs in addition to info logs." short:"d"`
+
+	Network            string `default:"tcp"                      help:"Network on which to listen for gRPC connections."`
+	Address            string `default:":9443"                    help:"Address at which to listen for gRPC connections."`
+	TLSCertsDir        string `env:"TLS_SERVER_CERTS_DIR"         help:"Directory containing server certs (tls.key, tls.crt) and the CA used to verify client certificates (ca.crt)." name:"tls-server-certs-dir"`
+	Insecure           bool   `help:"Run without mTLS credentials. If you supply this flag --tls-server-certs-dir will be ignored."`
+	MaxRecvMessageSize int    `default:"${max_recv_message_size}" help:"Maximum size of received messages in MB; the default holds a request carrying 10,000 ModelReplicas."`
+}
+
+// Run this function.
+func (c *CLI) Run() error {
+	log, err := function.NewLogger(c.Debug)
+	if err != nil {
+		return err
+	}
+
+	return function.Serve(&Function{log: log},
+		function.Listen(c.Network, c.Address),
+		function.MTLSCertificates(c.TLSCertsDir),
+		function.Insecure(c.Insecure),
+		function.MaxRecvMessageSize(c.MaxRecvMessageSize*1024*1024))
+}
+
+func main() {
+	ctx := kong.Parse(&CLI{},
+		kong.Description("A Crossplane function that places ModelDeployment replicas on a GPU fleet."),
+		kong.Vars{"max_recv_message_size": strconv.Itoa(defaultMaxRecvMessageSizeMB)})
+	ctx.FatalIfErrorf(ctx.Run())
+}
