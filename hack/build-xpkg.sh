@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds fleet-scheduler's Crossplane package without a Docker engine:
+#
+#   1. the function binary, static (CGO_ENABLED=0), for each architecture;
+#   2. its runtime image, from scratch, with tools/image (go-containerregistry):
+#      /function as entrypoint, port 9443, user nonroot (65532);
+#   3. the package: `crossplane xpkg build` of package/ (crossplane.yaml and the
+#      Input CRD in package/input/) with that image embedded.
+#
+# Output (gitignored):
+#   _output/bin/linux_<arch>/function     the function binary
+#   _output/image/runtime-<arch>.tar      the runtime image tarball
+#   _output/xpkg/fleet-scheduler-<arch>.xpkg
+#
+# Environment:
+#   ARCHS              architectures to build (default "amd64 arm64")
+#   OUTPUT_DIR         output directory (default _output)
+#   CROSSPLANE         crossplane CLI (default bin/crossplane, built if absent)
+#   SOURCE_DATE_EPOCH  image creation time (default: the HEAD commit's time)
+#
+# Push the result with ./hack/push-xpkg.sh REGISTRY/REPOSITORY:vX.Y.Z.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+archs=${ARCHS:-amd64 arm64}
+out=${OUTPUT_DIR:-_output}
+case "$out" in /*) ;; *) out="$root/$out" ;; esac
+crossplane=${CROSSPLANE:-$root/bin/crossplane}
+
+if [ ! -x "$crossplane" ]; then
+	if [ -x hack/build-crossplane.sh ]; then
+		hack/build-crossplane.sh
+	else
+		echo "build-xpkg: building the crossplane CLI into bin/crossplane (takes a few minutes)"
+		(cd tools && go build -o "$root/bin/crossplane" github.com/crossplane/crossplane/v2/cmd/crank)
+	fi
+	crossplane=$root/bin/crossplane
+fi
+
+if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
+	SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || echo 0)
+fi
+export SOURCE_DATE_EPOCH
+revision=$(git rev-parse HEAD 2>/dev/null || true)
+
+mkdir -p "$out/bin" "$out/image" "$out/xpkg"
+go build -C tools/image -o "$out/bin/build-image" ./cmd/build-image
+
+for arch in $archs; do
+	bin="$out/bin/linux_$arch/function"
+	img="$out/image/runtime-$arch.tar"
+	pkg="$out/xpkg/fleet-scheduler-$arch.xpkg"
+
+	CGO_ENABLED=0 GOOS=linux GOARCH="$arch" go build -trimpath -o "$bin" .
+	"$out/bin/build-image" --binary="$bin" --arch="$arch" --output="$img" \
+		--tag="fleet-scheduler-runtime:$arch" \
+		--source=https://github.com/modelplaneai/fleet-scheduler --revision="$revision"
+	"$crossplane" xpkg build --package-root=package --embed-runtime-image-tarball="$img" -o "$pkg"
+	echo "build-xpkg: $pkg ($(du -h "$pkg" | cut -f1))"
+done
