@@ -1,0 +1,107 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/scheduling"
+)
+
+// Names of a replica's resources, as Modelplane v0.3 derives them: a
+// DNS-label-safe handle whose hash hides the cluster and index.
+const (
+	dnsLabelMax = 63
+	hashLen     = 5
+)
+
+func replicaKey(p scheduling.Placement) string {
+	return fmt.Sprintf("replica-%s-%d", p.Cluster, p.Index)
+}
+
+func endpointKey(p scheduling.Placement) string {
+	return fmt.Sprintf("endpoint-%s-%d", p.Cluster, p.Index)
+}
+
+// replicaName is <prefix>-<hash>: the first five hex characters of the
+// SHA-256 of <deployment>-<cluster>-<index>, after the deployment name cut to
+// fit a DNS label.
+func replicaName(deployment string, p scheduling.Placement) string {
+	sum := sha256.Sum256([]byte(deployment + "-" + p.Cluster + "-" + strconv.Itoa(p.Index)))
+	prefix := deployment[:min(len(deployment), dnsLabelMax-hashLen-1)]
+	return strings.TrimRight(prefix, "-") + "-" + hex.EncodeToString(sum[:])[:hashLen]
+}
+
+// childLabels are the template's labels, then the cluster's placement labels,
+// then the labels Modelplane manages, which win.
+func childLabels(xr *v1alpha1.ModelDeployment, p scheduling.Placement) map[string]string {
+	labels := map[string]string{}
+	maps.Copy(labels, xr.Spec.Template.Metadata.Labels)
+	maps.Copy(labels, p.ClusterLabels)
+	labels[v1alpha1.LabelDeployment] = xr.Metadata.Name
+	labels[v1alpha1.LabelCluster] = p.Cluster
+	labels[v1alpha1.LabelReplicaIndex] = strconv.Itoa(p.Index)
+	return labels
+}
+
+// composeReplica builds the ModelReplica of one placement: the deployment's
+// engines with each member's pool and resolved device requests.
+func composeReplica(xr *v1alpha1.ModelDeployment, p scheduling.Placement) *v1alpha1.ModelReplica {
+	spec := xr.Spec.Template.Spec
+	r := &v1alpha1.ModelReplica{
+		TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelReplica},
+		Metadata: v1alpha1.ObjectMeta{
+			Name:      replicaName(xr.Metadata.Name, p),
+			Namespace: xr.Metadata.Namespace,
+			Labels:    childLabels(xr, p),
+		},
+		Spec: v1alpha1.ModelReplicaSpec{
+			ClusterName: p.Cluster,
+			Serving:     spec.Serving,
+		},
+	}
+	if spec.ModelCacheRef != nil {
+		r.Spec.ModelCacheRef = &v1alpha1.LocalRef{Name: spec.ModelCacheRef.Name}
+	}
+	for _, ep := range p.Engines {
+		var e *v1alpha1.Engine
+		for i := range spec.Engines {
+			if spec.Engines[i].Name == ep.Name {
+				e = &spec.Engines[i]
+				break
+			}
+		}
+		if e == nil {
+			continue
+		}
+		re := v1alpha1.ReplicaEngine{Name: e.Name, Copies: e.Copies, Phase: e.Phase}
+		for i, mp := range ep.Members {
+			m := e.Members[i]
+			re.Members = append(re.Members, v1alpha1.ReplicaMember{
+				Role:           mp.Role,
+				NodePoolName:   mp.Pool,
+				DeviceRequests: mp.DeviceRequests,
+				Worker:         m.Worker,
+				Template:       m.Template,
+			})
+		}
+		r.Spec.Engines = append(r.Spec.Engines, re)
+	}
+	return r
+}
+
+// composeEndpoint builds the ModelEndpoint routing to a placement through its
+// cluster's gateway.
+func composeEndpoint(xr *v1alpha1.ModelDeployment, p scheduling.Placement) *v1alpha1.ModelEndpoint {
+	name := replicaName(xr.Metadata.Name, p)
+	rewrite := "/" + xr.Metadata.Namespace + "/" + name + "/"
+	return &v1alpha1.ModelEndpoint{
+		TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelEndpoint},
+		Metadata: v1alpha1.ObjectMeta{Name: name, Namespace: xr.Metadata.Namespace, Labels: childLabels(xr, p)},
+		Spec:     v1alpha1.ModelEndpointSpec{URL: "http://" + p.Gateway + rewrite + "v1", RewritePath: rewrite},
+	}
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/crossplane/function-sdk-go/response"
+
+	"github.com/modelplaneai/fleet-scheduler/observation"
+	"github.com/modelplaneai/fleet-scheduler/scheduling"
+)
+
+// Condition types and reasons on the ModelDeployment, as Modelplane v0.3 sets
+// them, plus CapacityObserved.
+const (
+	condReplicasScheduled  = "ReplicasScheduled"
+	condReplicasReady      = "ReplicasReady"
+	condModelCacheResolved = "ModelCacheResolved"
+	condCapacityObserved   = "CapacityObserved"
+
+	reasonNoClusters           = "NoClusters"
+	reasonInsufficientCapacity = "InsufficientCapacity"
+	reasonInvalidNodeSelector  = "InvalidNodeSelector"
+	reasonReplicasCreated      = "ReplicasCreated"
+	reasonScheduling           = "Scheduling"
+	reasonNoReplicasScheduled  = "NoReplicasScheduled"
+	reasonAllReplicasReady     = "AllReplicasReady"
+	reasonModelStarting        = "ModelStarting"
+	reasonCacheResolved        = "ModelCacheResolved"
+	reasonCacheNotFound        = "ModelCacheNotFound"
+	reasonAllPoolsObserved     = "AllPoolsObserved"
+	reasonWholeNodeFallback    = "WholeNodeFallback"
+)
+
+// setCacheCondition reports whether the referenced ModelCache resolved, and
+// returns true when new replicas must wait for it: with its footprint
+// unknown, a new replica could land where the cache never stages.
+func setCacheCondition(rsp *fnv1.RunFunctionResponse, fl *fleet) bool {
+	if fl.cacheRef == nil {
+		return false
+	}
+	if !fl.cacheFound {
+		msg := fmt.Sprintf("ModelCache %s not found; holding replica placement", fl.cacheRef.Name)
+		response.ConditionFalse(rsp, condModelCacheResolved, reasonCacheNotFound).WithMessage(msg)
+		response.Warning(rsp, errors.New(msg))
+		return true
+	}
+	response.ConditionTrue(rsp, condModelCacheResolved, reasonCacheResolved)
+	return false
+}
+
+// warnObservations warns of every invalid pool report and unreadable
+// PodsScheduled condition, naming the object and the field.
+func warnObservations(rsp *fnv1.RunFunctionResponse, pools []observation.PoolReport, findings []observation.ReplicaFinding) {
+	for _, p := range pools {
+		if p.State == observation.Invalid {
+			response.Warning(rsp, fmt.Errorf("InferenceCluster %s pool %s: invalid observation, using whole-node accounting: %s", p.Cluster, p.Pool, p.Defect))
+		}
+	}
+	for _, f := range findings {
+		response.Warning(rsp, fmt.Errorf("%s; treating its pods as not yet counted by any observation", f))
+	}
+}
+
+// setPlanConditions sets ReplicasScheduled and ReplicasReady, and emits the
+// Normal event the first time replicas are placed.
+func setPlanConditions(rsp *fnv1.RunFunctionResponse, plan *scheduling.Plan, observed map[string]*fnv1.Resource, clusters int) {
+	anyObserved, ready := false, 0
+	names := map[string]bool{}
+	for _, p := range plan.Replicas {
+		names[p.Cluster] = true
+		if _, ok := observed[replicaKey(p)]; ok {
+			anyObserved = true
+		}
+		if isReady(observed[replicaKey(p)]) {
+			ready++
+		}
+	}
+	total := len(plan.Replicas)
+	short := ""
+	if plan.Shortfall != nil {
+		short = plan.Shortfall.String()
+	}
+
+	switch {
+	case total == 0:
+		msg := fmt.Sprintf("0 of %d replicas scheduled (checked %d clusters)", plan.Wanted, clusters)
+		response.ConditionFalse(rsp, condReplicasScheduled, reasonInsufficientCapacity).WithMessage(join(msg, short))
+	case anyObserved:
+		msg := fmt.Sprintf("Scheduled %d of %d replicas", total, plan.Wanted)
+		response.ConditionTrue(rsp, condReplicasScheduled, reasonReplicasCreated).WithMessage(join(msg, short))
+	default:
+		response.ConditionFalse(rsp, condReplicasScheduled, reasonScheduling).WithMessage(short)
+		clusterNames := make([]string, 0, len(names))
+		for n := range names {
+			clusterNames = append(clusterNames, n)
+		}
+		sort.Strings(clusterNames)
+		response.Normalf(rsp, "Scheduled %d replicas across %d clusters: %s", total, len(clusterNames), strings.Join(clusterNames, ", "))
+	}
+
+	switch {
+	case total == 0:
+		response.ConditionFalse(rsp, condReplicasReady, reasonNoReplicasScheduled)
+	case ready == total:
+		response.ConditionTrue(rsp, condReplicasReady, reasonAllReplicasReady).WithMessage(fmt.Sprintf("%d of %d ready", ready, total))
+	default:
+		response.ConditionFalse(rsp, condReplicasReady, reasonModelStarting).WithMessage(fmt.Sprintf("%d of %d ready", ready, total))
+	}
+}
+
+func join(msg, short string) string {
+	if short == "" {
+		return msg
+	}
+	return msg + "; " + short
+}
+
+// setCapacityObserved is True when every pool of every Ready cluster was
+// accounted from a usable observation, and otherwise names the pools on
+// whole-node accounting and why.
+func setCapacityObserved(rsp *fnv1.RunFunctionResponse, pools []observation.PoolReport) {
+	var fallback []string
+	for _, p := range pools {
+		if p.ClusterReady && p.State != observation.Usable {
+			fallback = append(fallback, fmt.Sprintf("%s/%s (%s)", p.Cluster, p.Pool, p.Reason()))
+		}
+	}
+	if len(fallback) == 0 {
+		response.ConditionTrue(rsp, condCapacityObserved, reasonAllPoolsObserved).
+			WithMessage("Every pool of every Ready cluster is accounted by free devices")
+		return
+	}
+	sort.Strings(fallback)
+	response.ConditionFalse(rsp, condCapacityObserved, reasonWholeNodeFallback).
+		WithMessage("Whole-node accounting for " + strings.Join(fallback, ", "))
+}

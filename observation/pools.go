@@ -1,0 +1,256 @@
+// Package observation reads what the cluster agent reports: each pool's
+// observedNodes, observedAt and nodesByFreeDevices on an InferenceCluster,
+// and each ModelReplica's PodsScheduled condition. It is the one place that
+// knows these status field paths. A report it cannot use becomes a finding
+// that names the object and the field, never a panic or an error.
+package observation
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/scheduling"
+)
+
+// Limits of a report, from the schema the agent publishes against.
+const (
+	maxBuckets        = 64
+	maxFreePerBucket  = 16
+	maxCount          = 1 << 20
+	fieldNodesByFree  = "nodesByFreeDevices"
+	fieldObservedAt   = "observedAt"
+	fieldObservedNode = "observedNodes"
+)
+
+// State is whether a pool's report can be used for free-device accounting.
+type State string
+
+// The states of a pool's report.
+const (
+	// Usable: present, valid and fresh.
+	Usable State = "Usable"
+	// Missing: the agent published no report for the pool.
+	Missing State = "Missing"
+	// Stale: the last report is older than the maximum age.
+	Stale State = "Stale"
+	// Invalid: the report is malformed; Defect says how.
+	Invalid State = "Invalid"
+)
+
+// PoolReport is the verdict on one pool's report.
+type PoolReport struct {
+	Cluster string
+	Pool    string
+	State   State
+
+	// ClusterReady is whether the pool's cluster is Ready.
+	ClusterReady bool
+
+	// Age is how old the report is, for Stale.
+	Age time.Duration
+
+	// Defect names the field and what is wrong with it, for Invalid.
+	Defect string
+
+	// ExpiresAt is when a Usable report goes stale.
+	ExpiresAt time.Time
+}
+
+// Reason renders why a pool is on whole-node accounting.
+func (r PoolReport) Reason() string {
+	switch r.State {
+	case Missing:
+		return "no observation"
+	case Stale:
+		return fmt.Sprintf("observation stale for %s", r.Age.Round(time.Second))
+	case Invalid:
+		return "invalid observation: " + r.Defect
+	}
+	return "usable"
+}
+
+// Clusters judges every pool report of every cluster at now, and returns the
+// clusters with their usable observations for the scheduler, and a report
+// per pool in input order.
+func Clusters(objs []*v1alpha1.InferenceCluster, now time.Time, maxAge time.Duration) ([]scheduling.Cluster, []PoolReport) {
+	clusters := make([]scheduling.Cluster, 0, len(objs))
+	var reports []PoolReport
+	for _, o := range objs {
+		c := scheduling.Cluster{Object: o, Observed: map[string]*scheduling.PoolObservation{}}
+		ready := false
+		if cond := v1alpha1.FindCondition(o.Status.Conditions, "Ready"); cond != nil {
+			ready = cond.Status == "True"
+		}
+		for i := range o.Status.GPUPools {
+			p := &o.Status.GPUPools[i]
+			obs, rep := Pool(p, now, maxAge)
+			rep.Cluster, rep.ClusterReady = o.Metadata.Name, ready
+			if obs != nil {
+				if _, dup := c.Observed[p.Name]; !dup {
+					c.Observed[p.Name] = obs
+				}
+			}
+			reports = append(reports, rep)
+		}
+		clusters = append(clusters, c)
+	}
+	return clusters, reports
+}
+
+// Pool judges one pool's report at now. It returns the observation when the
+// report is usable, and the verdict either way.
+func Pool(p *v1alpha1.GPUPool, now time.Time, maxAge time.Duration) (*scheduling.PoolObservation, PoolReport) {
+	rep := PoolReport{Pool: p.Name}
+	present := map[string]bool{
+		fieldObservedAt:   !isAbsent(p.ObservedAt),
+		fieldObservedNode: !isAbsent(p.ObservedNodes),
+		fieldNodesByFree:  !isAbsent(p.NodesByFreeDevices),
+	}
+	switch {
+	case !present[fieldObservedAt] && !present[fieldObservedNode] && !present[fieldNodesByFree]:
+		rep.State = Missing
+		return nil, rep
+	case !present[fieldObservedAt] || !present[fieldObservedNode] || !present[fieldNodesByFree]:
+		for _, f := range []string{fieldObservedAt, fieldObservedNode, fieldNodesByFree} {
+			if !present[f] {
+				return nil, invalid(rep, f, "missing while the pool's other observation fields are set")
+			}
+		}
+	}
+
+	var at string
+	if err := json.Unmarshal(p.ObservedAt, &at); err != nil {
+		return nil, invalid(rep, fieldObservedAt, "not a string")
+	}
+	observedAt, err := time.Parse(time.RFC3339, at)
+	if err != nil {
+		return nil, invalid(rep, fieldObservedAt, fmt.Sprintf("%q is not an RFC 3339 time", at))
+	}
+	if ahead := observedAt.Sub(now); ahead > maxAge {
+		return nil, invalid(rep, fieldObservedAt, fmt.Sprintf("%s is %s in the future", at, ahead.Round(time.Second)))
+	}
+
+	observedNodes, defect := count(p.ObservedNodes)
+	if defect != "" {
+		return nil, invalid(rep, fieldObservedNode, defect)
+	}
+
+	buckets, field, defect := buckets(p, observedNodes)
+	if defect != "" {
+		return nil, invalid(rep, field, defect)
+	}
+
+	if age := now.Sub(observedAt); age > maxAge {
+		rep.State, rep.Age = Stale, age
+		return nil, rep
+	}
+	rep.State, rep.ExpiresAt = Usable, observedAt.Add(maxAge)
+	return &scheduling.PoolObservation{ObservedAt: observedAt, ObservedNodes: observedNodes, Buckets: buckets}, rep
+}
+
+func invalid(rep PoolReport, field, defect string) PoolReport {
+	rep.State, rep.Defect = Invalid, field+": "+defect
+	return rep
+}
+
+func isAbsent(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) == 0 || bytes.Equal(t, []byte("null"))
+}
+
+// count reads a non-negative whole number no larger than maxCount.
+func count(raw json.RawMessage) (int64, string) {
+	var f float64
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return 0, fmt.Sprintf("%s is not a number", bytes.TrimSpace(raw))
+	}
+	switch {
+	case f != math.Trunc(f):
+		return 0, fmt.Sprintf("%v is not a whole number", f)
+	case f < 0:
+		return 0, fmt.Sprintf("%v is negative", f)
+	case f > maxCount:
+		return 0, fmt.Sprintf("%v is more than %d", f, maxCount)
+	}
+	return int64(f), ""
+}
+
+type rawBucket struct {
+	Nodes json.RawMessage `json:"nodes"`
+	Free  []rawFree       `json:"free"`
+}
+
+type rawFree struct {
+	Name  json.RawMessage `json:"name"`
+	Count json.RawMessage `json:"count"`
+}
+
+// buckets reads and validates the histogram against the pool's devices. It
+// returns the field and defect of the first problem found.
+func buckets(p *v1alpha1.GPUPool, observedNodes int64) ([]scheduling.Bucket, string, string) {
+	var raw []rawBucket
+	if err := json.Unmarshal(p.NodesByFreeDevices, &raw); err != nil {
+		return nil, fieldNodesByFree, "not a list of {nodes, free} buckets"
+	}
+	if len(raw) > maxBuckets {
+		return nil, fieldNodesByFree, fmt.Sprintf("%d buckets, more than %d", len(raw), maxBuckets)
+	}
+	devices := map[string]v1alpha1.Device{}
+	for _, d := range p.Devices {
+		if _, dup := devices[d.Name]; !dup {
+			devices[d.Name] = d
+		}
+	}
+	out := make([]scheduling.Bucket, 0, len(raw))
+	var total int64
+	for bi, rb := range raw {
+		field := fmt.Sprintf("%s[%d]", fieldNodesByFree, bi)
+		nodes, defect := count(rb.Nodes)
+		if defect != "" {
+			return nil, field + ".nodes", defect
+		}
+		if len(rb.Free) > maxFreePerBucket {
+			return nil, field + ".free", fmt.Sprintf("%d devices, more than %d", len(rb.Free), maxFreePerBucket)
+		}
+		b := scheduling.Bucket{Nodes: nodes, Free: map[string]int64{}}
+		for fi, rf := range rb.Free {
+			ff := fmt.Sprintf("%s.free[%d]", field, fi)
+			var name string
+			if err := json.Unmarshal(rf.Name, &name); err != nil || name == "" {
+				return nil, ff + ".name", "not a device name"
+			}
+			d, ok := devices[name]
+			switch {
+			case !ok:
+				return nil, ff + ".name", fmt.Sprintf("pool has no device %q", name)
+			case !d.IsDRA():
+				return nil, ff + ".name", fmt.Sprintf("device %q is not claimed through DRA", name)
+			}
+			if _, dup := b.Free[name]; dup {
+				return nil, ff + ".name", fmt.Sprintf("device %q is listed twice", name)
+			}
+			n, defect := count(rf.Count)
+			if defect != "" {
+				return nil, ff + ".count", defect
+			}
+			perNode := int64(0)
+			if d.Count != nil {
+				perNode = *d.Count
+			}
+			if n > perNode {
+				return nil, ff + ".count", fmt.Sprintf("%d free %s is more than the %d a node has", n, name, perNode)
+			}
+			b.Free[name] = n
+		}
+		total += nodes
+		out = append(out, b)
+	}
+	if total > observedNodes {
+		return nil, fieldNodesByFree, fmt.Sprintf("buckets hold %d nodes, more than observedNodes %d", total, observedNodes)
+	}
+	return out, "", ""
+}

@@ -1,0 +1,143 @@
+package scheduling
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+)
+
+// buildLedger starts every pool of every candidate cluster from its capacity
+// (free-device when its report is usable, whole-node otherwise) and charges
+// the replicas that hold it: every other deployment's, and the ones of this
+// deployment that are kept. Dropped and scaled-down replicas of this
+// deployment are freeing their nodes and are not charged.
+func (s *pass) buildLedger(kept map[identity]bool) {
+	s.ledger = map[string][]*poolLedger{}
+	for _, cl := range s.clusterList {
+		pl := make([]*poolLedger, len(cl.pools))
+		for i, p := range cl.pools {
+			if obs := cl.observed[p.name]; obs != nil {
+				pl[i] = newFreeDeviceLedger(p, obs)
+			} else {
+				pl[i] = newWholeNodeLedger(p.nodes)
+			}
+		}
+		s.ledger[cl.name] = pl
+	}
+	for _, r := range s.replicas {
+		if s.ours(r.Object) && !kept[identityOf(r.Object)] {
+			continue
+		}
+		s.charge(r)
+	}
+}
+
+// charge books an observed replica's claiming pods on the pools they are
+// pinned to, skipping a pool whose histogram already counts them.
+func (s *pass) charge(r Replica) {
+	cl := s.clusters[r.Object.Spec.ClusterName]
+	if cl == nil {
+		return
+	}
+	for _, e := range r.Object.Spec.Engines {
+		copies := countOr(e.Copies, 1)
+		gang := false
+		for _, m := range e.Members {
+			gang = gang || roleOf(m.Role) != v1alpha1.RoleStandalone
+		}
+		// Members of one engine share a pool; a replica that says otherwise
+		// is charged pool by pool, in member order.
+		done := map[string]bool{}
+		for _, first := range e.Members {
+			if done[first.NodePoolName] {
+				continue
+			}
+			done[first.NodePoolName] = true
+			// A pin to a pool the cluster no longer publishes charges nothing:
+			// its pods cannot schedule and hold no node.
+			p := cl.poolByID[first.NodePoolName]
+			if p == nil {
+				continue
+			}
+			if obs := cl.observed[p.name]; obs != nil && r.ScheduledSince != nil && r.ScheduledSince.Before(obs.ObservedAt) {
+				continue
+			}
+			l := s.ledger[cl.name][p.index]
+			var groups []podGroup
+			for _, m := range e.Members {
+				if m.NodePoolName != p.name {
+					continue
+				}
+				g := podGroup{pods: memberPods(m.Role, m.Worker)}
+				if len(m.DeviceRequests) > 0 {
+					g.claim = s.stampedClaim(cl, p, l, m.DeviceRequests)
+				}
+				groups = append(groups, g)
+			}
+			if _, short := reserveEngine(l, p, gangsOf(copies, gang, groups), s.binding); short != nil {
+				l.saturated = true
+			}
+		}
+	}
+}
+
+// stampedClaim is what each pod of an observed member claims on its pool:
+// each stamped request charged to the pool device it resolves to (first DRA
+// device of its class that satisfies its selectors and has count left). A
+// request that resolves to no device is charged a whole node.
+func (s *pass) stampedClaim(cl *cluster, p *pool, l *poolLedger, reqs []v1alpha1.DeviceRequest) []int64 {
+	if l.whole {
+		return []int64{1}
+	}
+	key := stampKey(cl.name, p.name, reqs)
+	if c, ok := s.stamped[key]; ok {
+		return c
+	}
+	claim := make([]int64, len(p.devices))
+	for _, r := range reqs {
+		var programs []*program
+		for _, sel := range r.Selectors {
+			if sel.CEL != "" {
+				programs = append(programs, s.programs.get(sel.CEL))
+			}
+		}
+		count := min(max(r.Count, 1), maxCount)
+		found := -1
+		for i := range p.devices {
+			d := &p.devices[i]
+			if !d.spec.IsDRA() || (r.DeviceClassName != "" && d.spec.DeviceClassName != r.DeviceClassName) {
+				continue
+			}
+			if d.count-claim[i] >= count && d.satisfies(programs) {
+				found = i
+				break
+			}
+		}
+		if found < 0 {
+			claim = emptyNode(p)
+			break
+		}
+		claim[found] += count
+	}
+	s.stamped[key] = claim
+	return claim
+}
+
+func stampKey(cluster, pool string, reqs []v1alpha1.DeviceRequest) string {
+	var b strings.Builder
+	b.WriteString(cluster)
+	b.WriteByte(0)
+	b.WriteString(pool)
+	for _, r := range reqs {
+		b.WriteByte(0)
+		b.WriteString(r.DeviceClassName)
+		b.WriteByte(1)
+		b.WriteString(strconv.FormatInt(r.Count, 10))
+		for _, sel := range r.Selectors {
+			b.WriteByte(2)
+			b.WriteString(sel.CEL)
+		}
+	}
+	return b.String()
+}

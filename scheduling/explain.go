@@ -1,0 +1,150 @@
+package scheduling
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+)
+
+// ReasonKind is why a cluster cannot host another replica.
+type ReasonKind string
+
+// Why a cluster cannot host another replica.
+const (
+	ReasonNotReady         ReasonKind = "NotReady"
+	ReasonNoGateway        ReasonKind = "NoGateway"
+	ReasonUntoleratedTaint ReasonKind = "UntoleratedTaint"
+	ReasonNoPoolMatches    ReasonKind = "NoPoolMatches"
+	ReasonCapacity         ReasonKind = "Capacity"
+)
+
+// Reason is why one cluster cannot host another replica, kept as data and
+// rendered last.
+type Reason struct {
+	Kind ReasonKind
+
+	// Taint is the taint not tolerated, for ReasonUntoleratedTaint.
+	Taint v1alpha1.Taint
+
+	// Engine is the engine that found no pool, for ReasonNoPoolMatches and
+	// ReasonCapacity.
+	Engine string
+
+	// Pools are the matching pools and what each lacks, for ReasonCapacity.
+	Pools []PoolShortage
+}
+
+// PoolShortage is what a matching pool lacks to host an engine.
+type PoolShortage struct {
+	Pool string
+
+	// WholeNode is true for a pool accounted by whole nodes.
+	WholeNode bool
+
+	// Saturated is true when the pods already charged to the pool do not fit.
+	Saturated bool
+
+	// Gang is true when Pods must take distinct nodes.
+	Gang bool
+
+	// Pods is how many claiming pods needed room: whole nodes, or nodes
+	// with Claim free for a gang, or room for Claim for independent pods.
+	Pods int64
+
+	// Claim is what one pod claims, by device name; empty for whole nodes.
+	Claim []DeviceCount
+
+	// Have is how many of what Pods needs the pool had.
+	Have int64
+}
+
+// DeviceCount is a count of one pool device.
+type DeviceCount struct {
+	Name  string
+	Count int64
+}
+
+// Shortfall explains per cluster why no cluster could host another replica.
+type Shortfall struct {
+	// Clusters is sorted by cluster name.
+	Clusters []ClusterVerdict
+}
+
+// ClusterVerdict is why one cluster could not host another replica.
+type ClusterVerdict struct {
+	Cluster string
+	Reason  Reason
+}
+
+// String renders the shortfall the way kube-scheduler renders a FitError:
+// "0/3 clusters can host another replica: a: not Ready; b: ...".
+func (s *Shortfall) String() string {
+	if s == nil {
+		return ""
+	}
+	parts := make([]string, 0, len(s.Clusters))
+	for _, v := range s.Clusters {
+		parts = append(parts, v.Cluster+": "+v.Reason.String())
+	}
+	return fmt.Sprintf("0/%d clusters can host another replica: %s", len(s.Clusters), strings.Join(parts, "; "))
+}
+
+func (r Reason) String() string {
+	switch r.Kind {
+	case ReasonNotReady:
+		return "not Ready"
+	case ReasonNoGateway:
+		return "no gateway hostname or address"
+	case ReasonUntoleratedTaint:
+		t := r.Taint.Key
+		if r.Taint.Value != "" {
+			t += "=" + r.Taint.Value
+		}
+		return fmt.Sprintf("untolerated taint %s:%s", t, r.Taint.Effect)
+	case ReasonNoPoolMatches:
+		return fmt.Sprintf("engine %s: no pool matches the nodeSelector", r.Engine)
+	case ReasonCapacity:
+		pools := make([]string, 0, len(r.Pools))
+		for _, p := range r.Pools {
+			pools = append(pools, p.String())
+		}
+		return fmt.Sprintf("engine %s: %s", r.Engine, strings.Join(pools, ", "))
+	}
+	return string(r.Kind)
+}
+
+func (p PoolShortage) String() string {
+	switch {
+	case p.Saturated:
+		return fmt.Sprintf("pool %s already holds more claiming pods than it can fit", p.Pool)
+	case p.WholeNode:
+		return fmt.Sprintf("pool %s needs %d free %s, has %d", p.Pool, p.Pods, plural(p.Pods, "node", "nodes"), p.Have)
+	case p.Gang:
+		return fmt.Sprintf("pool %s: gang needs %d %s with %s free, %d %s", p.Pool, p.Pods, plural(p.Pods, "node", "nodes"),
+			claimString(p.Claim), p.Have, plural(p.Have, "has", "have"))
+	}
+	return fmt.Sprintf("pool %s needs room for %d %s with %s free, has room for %d", p.Pool, p.Pods, plural(p.Pods, "pod", "pods"),
+		claimString(p.Claim), p.Have)
+}
+
+func claimString(c []DeviceCount) string {
+	parts := make([]string, 0, len(c))
+	for _, d := range c {
+		parts = append(parts, fmt.Sprintf("%d %s", d.Count, d.Name))
+	}
+	return strings.Join(parts, " and ")
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+func newShortfall(verdicts []ClusterVerdict) *Shortfall {
+	slices.SortFunc(verdicts, func(a, b ClusterVerdict) int { return strings.Compare(a.Cluster, b.Cluster) })
+	return &Shortfall{Clusters: verdicts}
+}

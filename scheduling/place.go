@@ -1,0 +1,211 @@
+package scheduling
+
+import (
+	"slices"
+)
+
+// podGroup is one member's pods in one copy of an engine, all claiming the
+// same devices.
+type podGroup struct {
+	pods  int64
+	claim []int64
+}
+
+// gangsOf lays out the claiming pods of an engine's copies: one gang per copy
+// when the engine is a Leader with Workers, whose pods take distinct nodes;
+// otherwise one gang per pod, free to share a node with any other.
+// Claimless members cost nothing and are left out.
+func gangsOf(copies int64, gang bool, members []podGroup) [][][]int64 {
+	var gangs [][][]int64
+	for range copies {
+		var g [][]int64
+		for _, m := range members {
+			if m.claim == nil {
+				continue
+			}
+			for range m.pods {
+				if gang {
+					g = append(g, m.claim)
+				} else {
+					gangs = append(gangs, [][]int64{m.claim})
+				}
+			}
+		}
+		if gang && len(g) > 0 {
+			// Biggest claims first, so a gang's large pods are not crowded
+			// out of the nodes that can take them by its small ones.
+			slices.SortStableFunc(g, func(a, b []int64) int { return cmpInt(sum(b), sum(a)) })
+			gangs = append(gangs, g)
+		}
+	}
+	return gangs
+}
+
+func sum(c []int64) int64 {
+	var n int64
+	for _, v := range c {
+		n += v
+	}
+	return n
+}
+
+// reserveEngine reserves every gang of an engine on a pool. It returns the
+// undo log, or a shortage and no change.
+func reserveEngine(l *poolLedger, p *pool, gangs [][][]int64, b Binding) ([]move, *PoolShortage) {
+	if l.saturated {
+		return nil, &PoolShortage{Pool: p.name, WholeNode: l.whole, Saturated: true}
+	}
+	var moves []move
+	for gi, g := range gangs {
+		m, ok := l.reserveGang(g, b)
+		if !ok {
+			short := shortage(l, p, gangs, gi)
+			l.undo(moves)
+			if short.WholeNode {
+				short.Have = l.nodesWith(g[0])
+			} else if !short.Gang {
+				short.Have = l.room(g[0])
+			}
+			return nil, short
+		}
+		moves = append(moves, m...)
+	}
+	return moves, nil
+}
+
+// shortage says what a pool lacked when gang gi of an engine found no room.
+// The ledger is as it was just before gang gi.
+func shortage(l *poolLedger, p *pool, gangs [][][]int64, gi int) *PoolShortage {
+	g := gangs[gi]
+	s := &PoolShortage{Pool: p.name, WholeNode: l.whole}
+	switch {
+	case l.whole:
+		for _, g := range gangs {
+			s.Pods += int64(len(g))
+		}
+	case len(g) > 1:
+		widest := make([]int64, len(g[0]))
+		for _, c := range g {
+			for k := range c {
+				widest[k] = max(widest[k], c[k])
+			}
+		}
+		s.Gang, s.Pods, s.Claim, s.Have = true, int64(len(g)), deviceCounts(p, widest), l.nodesWith(widest)
+	default:
+		for _, other := range gangs {
+			if slices.Equal(other[0], g[0]) {
+				s.Pods++
+			}
+		}
+		s.Claim = deviceCounts(p, g[0])
+	}
+	return s
+}
+
+func deviceCounts(p *pool, c []int64) []DeviceCount {
+	var out []DeviceCount
+	for k, n := range c {
+		if n > 0 {
+			out = append(out, DeviceCount{Name: p.devices[k].spec.Name, Count: n})
+		}
+	}
+	return out
+}
+
+// claimOf is what each pod of a matched member claims on a pool under the
+// pool's accounting, or nil when it claims nothing.
+func claimOf(l *poolLedger, mm *memberMatch) []int64 {
+	if !mm.claims() {
+		return nil
+	}
+	if l.whole {
+		return []int64{1}
+	}
+	return mm.claim
+}
+
+// reservation is a tentative placement of one replica on one cluster.
+type reservation struct {
+	engines []EnginePlacement
+	moves   map[*poolLedger][]move
+}
+
+// undo returns everything the reservation took.
+func (r *reservation) undo() {
+	for l, m := range r.moves {
+		l.undo(m)
+	}
+}
+
+// reserveReplica places every engine of a new replica on one cluster, each on
+// the first pool in published order that matches every member and has room.
+// It returns the reservation, or why the cluster cannot host the replica.
+func (s *pass) reserveReplica(cl *cluster) (*reservation, *Reason) {
+	res := &reservation{moves: map[*poolLedger][]move{}}
+	for ei := range s.engines {
+		e := &s.engines[ei]
+		ep, why := s.reserveEngineOn(cl, ei, res)
+		if why != nil {
+			res.undo()
+			why.Engine = e.name
+			return nil, why
+		}
+		res.engines = append(res.engines, *ep)
+	}
+	return res, nil
+}
+
+func (s *pass) reserveEngineOn(cl *cluster, ei int, res *reservation) (*EnginePlacement, *Reason) {
+	e := &s.engines[ei]
+	// A member that can claim a device on some pool of the cluster may not be
+	// stranded on a pool where it would claim nothing.
+	claimable := make([]bool, len(e.members))
+	anyClaimable := false
+	for mi := range e.members {
+		for _, p := range cl.pools {
+			if mm := cl.match(p, s.engines, ei, mi); mm != nil && mm.claims() {
+				claimable[mi] = true
+			}
+		}
+		anyClaimable = anyClaimable || claimable[mi]
+	}
+	if !anyClaimable {
+		return nil, &Reason{Kind: ReasonNoPoolMatches}
+	}
+	var shortages []PoolShortage
+	for _, p := range cl.pools {
+		matches := make([]*memberMatch, len(e.members))
+		fits := true
+		for mi := range e.members {
+			mm := cl.match(p, s.engines, ei, mi)
+			if mm == nil || (claimable[mi] && !mm.claims()) {
+				fits = false
+				break
+			}
+			matches[mi] = mm
+		}
+		if !fits {
+			continue
+		}
+		l := s.ledger[cl.name][p.index]
+		groups := make([]podGroup, len(e.members))
+		for mi, mm := range matches {
+			groups[mi] = podGroup{pods: e.members[mi].pods, claim: claimOf(l, mm)}
+		}
+		moves, short := reserveEngine(l, p, gangsOf(e.copies, e.gang, groups), s.binding)
+		if short != nil {
+			shortages = append(shortages, *short)
+			continue
+		}
+		res.moves[l] = append(res.moves[l], moves...)
+		ep := &EnginePlacement{Name: e.name}
+		for mi, mm := range matches {
+			ep.Members = append(ep.Members, MemberPlacement{Role: e.members[mi].role, Pool: p.name, DeviceRequests: mm.requests})
+		}
+		return ep, nil
+	}
+	if len(shortages) == 0 {
+		return nil, &Reason{Kind: ReasonNoPoolMatches}
+	}
+	return nil, &Reason{Kind: ReasonCapacity, Pools: shortages}
+}

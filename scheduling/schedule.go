@@ -1,0 +1,264 @@
+package scheduling
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+)
+
+// identity is a replica's (cluster, index).
+type identity struct {
+	cluster string
+	index   int
+}
+
+// pass is the state of one scheduling pass.
+type pass struct {
+	deployment  *v1alpha1.ModelDeployment
+	engines     []engine
+	clusters    map[string]*cluster
+	clusterList []*cluster
+	replicas    []Replica
+	binding     Binding
+
+	ledger   map[string][]*poolLedger
+	programs programCache
+	stamped  map[string][]int64
+}
+
+// Schedule places a deployment's replicas. It keeps every replica it can
+// retain, drops the surplus when the deployment shrank, and fills any
+// shortfall one replica at a time, spreading before packing. It returns an
+// *InvalidSelectorError when a nodeSelector does not compile; being unable to
+// place a replica is not an error but a Plan with a Shortfall.
+func Schedule(s Snapshot) (*Plan, error) {
+	engines, err := compileEngines(s.Deployment)
+	if err != nil {
+		return nil, err
+	}
+	p := newPass(s, engines)
+
+	wanted := int(min(max(s.Deployment.Spec.Replicas, 0), maxCount))
+	kept := p.retain()
+	if len(kept) > wanted {
+		kept = scaleDown(kept, wanted)
+	}
+	plan := &Plan{Wanted: int64(wanted), Replicas: kept}
+	if !s.Options.RetainOnly && len(kept) < wanted {
+		ids := make(map[identity]bool, len(kept))
+		for _, k := range kept {
+			ids[identity{k.Cluster, k.Index}] = true
+		}
+		p.buildLedger(ids)
+		var placed []Placement
+		placed, plan.Shortfall = p.fill(kept, wanted-len(kept))
+		plan.Replicas = append(plan.Replicas, placed...)
+	}
+	slices.SortFunc(plan.Replicas, func(a, b Placement) int {
+		return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.Index, b.Index))
+	})
+	return plan, nil
+}
+
+func newPass(s Snapshot, engines []engine) *pass {
+	p := &pass{
+		deployment: s.Deployment,
+		engines:    engines,
+		clusters:   map[string]*cluster{},
+		binding:    s.Options.Binding,
+		programs:   programCache{},
+		stamped:    map[string][]int64{},
+	}
+	// Sort every input first: the plan must not depend on the order the
+	// inputs arrived in.
+	clusters := slices.Clone(s.Clusters)
+	slices.SortStableFunc(clusters, func(a, b Cluster) int { return cmp.Compare(a.Object.Metadata.Name, b.Object.Metadata.Name) })
+	for _, c := range clusters {
+		if _, dup := p.clusters[c.Object.Metadata.Name]; dup {
+			continue
+		}
+		cl := newCluster(c)
+		p.clusters[cl.name] = cl
+		p.clusterList = append(p.clusterList, cl)
+	}
+	p.replicas = slices.Clone(s.Replicas)
+	slices.SortStableFunc(p.replicas, func(a, b Replica) int {
+		return cmp.Or(cmp.Compare(a.Object.Metadata.Namespace, b.Object.Metadata.Namespace),
+			cmp.Compare(a.Object.Metadata.Name, b.Object.Metadata.Name))
+	})
+	return p
+}
+
+// ours reports whether a replica is this deployment's: labelled with its
+// name, in its namespace.
+func (s *pass) ours(r *v1alpha1.ModelReplica) bool {
+	return r.Metadata.Labels[v1alpha1.LabelDeployment] == s.deployment.Metadata.Name &&
+		r.Metadata.Namespace == s.deployment.Metadata.Namespace
+}
+
+// identityOf reads a replica's (cluster, index). A missing or malformed index
+// label reads as 0, the single-replica-per-cluster case it came from.
+func identityOf(r *v1alpha1.ModelReplica) identity {
+	i, err := strconv.Atoi(r.Metadata.Labels[v1alpha1.LabelReplicaIndex])
+	if err != nil {
+		i = 0
+	}
+	return identity{cluster: r.Spec.ClusterName, index: i}
+}
+
+// retain keeps each of this deployment's replicas whose cluster still exists
+// and does not evict it, whose engines and members still line up with the
+// deployment's, and whose every pinned pool still exists and matches.
+// Retention ignores capacity, readiness and the gateway.
+func (s *pass) retain() []Placement {
+	var kept []Placement
+	seen := map[identity]bool{}
+	tolerations := s.deployment.Spec.Template.Spec.Tolerations
+	for _, r := range s.replicas {
+		if !s.ours(r.Object) {
+			continue
+		}
+		id := identityOf(r.Object)
+		cl := s.clusters[id.cluster]
+		if cl == nil || seen[id] {
+			continue
+		}
+		if cl.untolerated(tolerations, v1alpha1.TaintNoExecute) != nil {
+			continue
+		}
+		engines, ok := s.retainedEngines(cl, r.Object)
+		if !ok {
+			continue
+		}
+		seen[id] = true
+		kept = append(kept, Placement{
+			Cluster:       id.cluster,
+			Index:         id.index,
+			Gateway:       cl.gateway(),
+			ClusterLabels: cl.placementLabels(),
+			Engines:       engines,
+		})
+	}
+	return kept
+}
+
+// retainedEngines re-resolves an observed replica's members against their
+// pinned pools with the deployment's current nodeSelectors, in the replica's
+// engine order.
+func (s *pass) retainedEngines(cl *cluster, r *v1alpha1.ModelReplica) ([]EnginePlacement, bool) {
+	if len(r.Spec.Engines) != len(s.engines) {
+		return nil, false
+	}
+	out := make([]EnginePlacement, 0, len(r.Spec.Engines))
+	for _, observed := range r.Spec.Engines {
+		ei := slices.IndexFunc(s.engines, func(e engine) bool { return e.name == observed.Name })
+		if ei < 0 || len(observed.Members) != len(s.engines[ei].members) {
+			return nil, false
+		}
+		ep := EnginePlacement{Name: observed.Name}
+		claims := false
+		for mi, om := range observed.Members {
+			m := &s.engines[ei].members[mi]
+			if roleOf(om.Role) != m.role || om.NodePoolName == "" {
+				return nil, false
+			}
+			p := cl.poolByID[om.NodePoolName]
+			if p == nil {
+				return nil, false
+			}
+			mm := cl.match(p, s.engines, ei, mi)
+			if mm == nil {
+				return nil, false
+			}
+			claims = claims || mm.claims()
+			ep.Members = append(ep.Members, MemberPlacement{Role: m.role, Pool: p.name, DeviceRequests: mm.requests})
+		}
+		if !claims {
+			return nil, false
+		}
+		out = append(out, ep)
+	}
+	return out, true
+}
+
+// scaleDown drops replicas until wanted remain: each time the highest index
+// on the cluster hosting the most, ties going to the later cluster name.
+func scaleDown(kept []Placement, wanted int) []Placement {
+	kept = slices.Clone(kept)
+	for len(kept) > wanted {
+		load := map[string]int{}
+		for _, k := range kept {
+			load[k.Cluster]++
+		}
+		victim := 0
+		for i, k := range kept {
+			v := kept[victim]
+			if c := cmp.Or(cmp.Compare(load[k.Cluster], load[v.Cluster]), cmp.Compare(k.Cluster, v.Cluster), cmp.Compare(k.Index, v.Index)); c > 0 {
+				victim = i
+			}
+		}
+		kept = slices.Delete(kept, victim, victim+1)
+	}
+	return kept
+}
+
+// fill places n new replicas one at a time, each on the eligible cluster
+// hosting the fewest of this deployment's replicas (ties: cluster name) at
+// the lowest free index there. It stops early when no cluster can host
+// another, and says why for each.
+func (s *pass) fill(kept []Placement, n int) ([]Placement, *Shortfall) {
+	load := map[string]int{}
+	used := map[string]map[int]bool{}
+	for _, k := range kept {
+		load[k.Cluster]++
+		if used[k.Cluster] == nil {
+			used[k.Cluster] = map[int]bool{}
+		}
+		used[k.Cluster][k.Index] = true
+	}
+	tolerations := s.deployment.Spec.Template.Spec.Tolerations
+	var placed []Placement
+	for range n {
+		var best *cluster
+		var verdicts []ClusterVerdict
+		for _, cl := range s.clusterList {
+			if why := cl.newReplicaFilter(tolerations); why != nil {
+				verdicts = append(verdicts, ClusterVerdict{Cluster: cl.name, Reason: *why})
+				continue
+			}
+			res, why := s.reserveReplica(cl)
+			if why != nil {
+				verdicts = append(verdicts, ClusterVerdict{Cluster: cl.name, Reason: *why})
+				continue
+			}
+			res.undo()
+			if best == nil || load[cl.name] < load[best.name] {
+				best = cl
+			}
+		}
+		if best == nil {
+			return placed, newShortfall(verdicts)
+		}
+		res, _ := s.reserveReplica(best)
+		if used[best.name] == nil {
+			used[best.name] = map[int]bool{}
+		}
+		index := 0
+		for used[best.name][index] {
+			index++
+		}
+		used[best.name][index] = true
+		load[best.name]++
+		placed = append(placed, Placement{
+			Cluster:       best.name,
+			Index:         index,
+			Gateway:       best.gateway(),
+			ClusterLabels: best.placementLabels(),
+			Engines:       res.engines,
+			New:           true,
+		})
+	}
+	return placed, nil
+}

@@ -1,0 +1,137 @@
+// Package scheduling places a ModelDeployment's replicas on a fleet of
+// InferenceClusters. It is pure: a Snapshot of observed state goes in, a Plan
+// with its explanations as data comes out. It reads no clock, logs nothing
+// and knows nothing of protobuf or the function SDK; the same snapshot in any
+// order gives the same plan.
+//
+// A pool whose cluster agent report is usable is accounted by free devices
+// (its histogram of nodes by free devices, plus the nodes it can still grow
+// by); any other pool by whole nodes, as Modelplane v0.3 does.
+package scheduling
+
+import (
+	"time"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+)
+
+// Binding is which node the ledger assumes a cluster's scheduler binds a
+// claiming pod to.
+type Binding string
+
+// The bindings the ledger can assume.
+const (
+	// MostFree assumes the node with the most of the claimed devices free,
+	// as kube-scheduler's default LeastAllocated scoring does.
+	MostFree Binding = "MostFree"
+	// LeastFree assumes the fitting node with the fewest claimed devices
+	// free, as MostAllocated (bin-packing) scoring does.
+	LeastFree Binding = "LeastFree"
+)
+
+// Options steer one scheduling pass.
+type Options struct {
+	// Binding is the node the ledger assumes a pod binds to. Empty means
+	// MostFree.
+	Binding Binding
+
+	// RetainOnly keeps existing replicas but places no new ones, for when the
+	// candidate clusters cannot be trusted yet (an unresolved ModelCache).
+	RetainOnly bool
+}
+
+// Snapshot is everything one scheduling pass reads.
+type Snapshot struct {
+	Deployment *v1alpha1.ModelDeployment
+	Clusters   []Cluster
+	Replicas   []Replica
+	Options    Options
+}
+
+// Cluster is a candidate InferenceCluster and the agent's usable reports of
+// its pools.
+type Cluster struct {
+	Object *v1alpha1.InferenceCluster
+
+	// Observed holds, by pool name, the pools whose agent report is usable.
+	// A pool not in it is accounted by whole nodes.
+	Observed map[string]*PoolObservation
+}
+
+// PoolObservation is a usable report of one pool by the cluster agent.
+type PoolObservation struct {
+	// ObservedAt is when the agent last reported the pool.
+	ObservedAt time.Time
+
+	// ObservedNodes is how many nodes the pool has now, ready or not.
+	ObservedNodes int64
+
+	// Buckets group the pool's schedulable nodes by their free devices.
+	Buckets []Bucket
+}
+
+// Bucket is a number of nodes with exactly the same free devices.
+type Bucket struct {
+	Nodes int64
+	// Free devices by pool device name; a device not listed has 0 free.
+	Free map[string]int64
+}
+
+// Replica is an observed ModelReplica of any deployment in the fleet.
+type Replica struct {
+	Object *v1alpha1.ModelReplica
+
+	// ScheduledSince is when the replica's PodsScheduled condition last
+	// became True. Nil when it is not True or carries no usable time.
+	ScheduledSince *time.Time
+}
+
+// Plan is the outcome of a scheduling pass.
+type Plan struct {
+	// Wanted is how many replicas the deployment asks for.
+	Wanted int64
+
+	// Replicas are the retained and new placements, sorted by cluster and
+	// index.
+	Replicas []Placement
+
+	// Shortfall explains, per cluster, why no cluster could host another
+	// replica. Nil when every wanted replica was placed or when placement
+	// was not attempted.
+	Shortfall *Shortfall
+}
+
+// Placement is one replica on one cluster.
+type Placement struct {
+	// Cluster and Index are the replica's identity.
+	Cluster string
+	Index   int
+
+	// Gateway is the cluster's gateway hostname or address; empty while the
+	// cluster publishes none.
+	Gateway string
+
+	// ClusterLabels are the cluster's placement labels, copied onto what is
+	// composed for the replica.
+	ClusterLabels map[string]string
+
+	// Engines are in the deployment's engine order.
+	Engines []EnginePlacement
+
+	// New is true for a replica placed by this pass.
+	New bool
+}
+
+// EnginePlacement is where one engine of a replica runs.
+type EnginePlacement struct {
+	Name    string
+	Members []MemberPlacement
+}
+
+// MemberPlacement is a member's pool and the DRA requests each of its pods
+// claims. DeviceRequests is empty for a member that claims nothing.
+type MemberPlacement struct {
+	Role           string
+	Pool           string
+	DeviceRequests []v1alpha1.DeviceRequest
+}
