@@ -65,13 +65,6 @@ func emptyNode(p *pool) []int64 {
 	return free
 }
 
-func (l *poolLedger) clone() *poolLedger {
-	c := &poolLedger{whole: l.whole, saturated: l.saturated, groups: make([]nodeGroup, len(l.groups))}
-	for i, g := range l.groups {
-		c.groups[i] = nodeGroup{count: g.count, free: slices.Clone(g.free)}
-	}
-	return c
-}
 
 // add returns count nodes with the given free devices to the pool.
 func (l *poolLedger) add(count int64, free []int64) {

@@ -34,9 +34,16 @@ type pass struct {
 // *InvalidSelectorError when a nodeSelector does not compile; being unable to
 // place a replica is not an error but a Plan with a Shortfall.
 func Schedule(s Snapshot) (*Plan, error) {
+	plan, _, err := schedule(s)
+	return plan, err
+}
+
+// schedule is Schedule, also returning the pass so tests can inspect the
+// ledger it ended with.
+func schedule(s Snapshot) (*Plan, *pass, error) {
 	engines, err := compileEngines(s.Deployment)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	p := newPass(s, engines)
 
@@ -59,7 +66,7 @@ func Schedule(s Snapshot) (*Plan, error) {
 	slices.SortFunc(plan.Replicas, func(a, b Placement) int {
 		return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.Index, b.Index))
 	})
-	return plan, nil
+	return plan, p, nil
 }
 
 func newPass(s Snapshot, engines []engine) *pass {
