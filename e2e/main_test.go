@@ -1,0 +1,240 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/modelplaneai/fleet-scheduler/e2e/internal/fixture"
+)
+
+// The environment shared by every test of the package, set up by TestMain.
+var (
+	// root is the repository's root directory.
+	root string
+	// crossplane is the crossplane CLI's path.
+	crossplane string
+	// target is where the running function listens, host:port.
+	target string
+	// functionLog collects the function's output.
+	functionLog *syncBuffer
+	// skip, when not empty, is why the tests cannot run here.
+	skip string
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	wd, err := os.Getwd()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cannot get working directory:", err)
+		return 1
+	}
+	root = filepath.Dir(wd)
+
+	if testing.Short() {
+		skip = "e2e renders build and run the function and the crossplane CLI; not run with -short"
+		return m.Run()
+	}
+
+	tmp, err := os.MkdirTemp("", "fleet-scheduler-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cannot create temporary directory:", err)
+		return 1
+	}
+	defer os.RemoveAll(tmp) //nolint:errcheck // Best effort.
+
+	crossplane, skip = findCrossplane()
+	if skip != "" {
+		fmt.Fprintln(os.Stderr, "e2e: skipping:", skip)
+		return m.Run()
+	}
+
+	fn := filepath.Join(tmp, "function")
+	build := exec.Command("go", "build", "-buildvcs=false", "-o", fn, ".")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "cannot build the function: %v\n%s", err, out)
+		return 1
+	}
+
+	stop, err := startFunction(fn)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cannot start the function:", err)
+		fmt.Fprint(os.Stderr, functionLog.String())
+		return 1
+	}
+	defer stop()
+
+	return m.Run()
+}
+
+// findCrossplane returns the crossplane CLI to render with: $CROSSPLANE if
+// set, else bin/crossplane, built by hack/build-crossplane.sh when it is not
+// there yet. It returns why not when there is none.
+func findCrossplane() (path, why string) {
+	if p := os.Getenv("CROSSPLANE"); p != "" {
+		if _, err := exec.LookPath(p); err != nil {
+			return "", fmt.Sprintf("$CROSSPLANE is %q, which is not an executable: %v", p, err)
+		}
+		return p, ""
+	}
+	p := filepath.Join(root, "bin", "crossplane")
+	// The script does nothing when bin/crossplane is current.
+	cmd := exec.Command("bash", filepath.Join(root, "hack", "build-crossplane.sh"))
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		if _, statErr := os.Stat(p); statErr == nil {
+			fmt.Fprintf(os.Stderr, "e2e: cannot rebuild bin/crossplane, using the one there: %v\n%s", err, out)
+			return p, ""
+		}
+		return "", fmt.Sprintf("no crossplane CLI: bin/crossplane is absent and ./hack/build-crossplane.sh failed (%v):\n%s", err, out)
+	}
+	return p, ""
+}
+
+// startFunction starts the function on a free loopback port and waits until
+// it accepts connections. A port taken between choosing it and listening on
+// it is retried.
+func startFunction(fn string) (stop func(), err error) {
+	functionLog = &syncBuffer{}
+	for range 3 {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		cmd := exec.Command(fn, "--insecure", "--debug", "--address="+addr) //nolint:gosec // The function we just built.
+		cmd.Stdout = functionLog
+		cmd.Stderr = functionLog
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("cannot start %s: %w", fn, err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		stop := func() {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if err := waitListening(addr, exited, 30*time.Second); err != nil {
+			stop()
+			if errors.Is(err, errExited) {
+				continue
+			}
+			return nil, err
+		}
+		target = addr
+		return stop, nil
+	}
+	return nil, errors.New("the function exited before listening, three times")
+}
+
+var errExited = errors.New("the function exited")
+
+func waitListening(addr string, exited <-chan error, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("%w before listening on %s: %v", errExited, addr, err)
+		default:
+		}
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_ = c.Close()
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("the function did not listen on %s within %s", addr, timeout)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("cannot find a free port: %w", err)
+	}
+	defer l.Close() //nolint:errcheck // Only read its port.
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// rendered is the output of one `crossplane render`.
+type rendered struct {
+	xr       *unstructured.Unstructured
+	composed map[string]*unstructured.Unstructured // By composition resource name.
+	results  []*unstructured.Unstructured
+	raw      []byte
+}
+
+// render prepares the fixture in dir (relative to the repository root) and
+// renders it with the real crossplane CLI against the running function.
+func render(t *testing.T, dir string) rendered {
+	t.Helper()
+	if skip != "" {
+		t.Skip(skip)
+	}
+	p, err := fixture.Prepare(filepath.Join(root, dir), filepath.Join(root, "example"), t.TempDir(), time.Now())
+	if err != nil {
+		t.Fatalf("cannot prepare fixture %s: %v", dir, err)
+	}
+	args := append(p.Args(), "--include-function-results",
+		"-a", "render.crossplane.io/runtime=Development",
+		"-a", "render.crossplane.io/runtime-development-target="+target)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, crossplane, args...) //nolint:gosec // Our own CLI and fixture.
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("crossplane %v: %v\nstderr:\n%s\nfunction log:\n%s", args, err, stderr.String(), functionLog.String())
+	}
+
+	out := rendered{composed: map[string]*unstructured.Unstructured{}, raw: stdout.Bytes()}
+	d := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(stdout.Bytes()), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := d.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatalf("cannot parse rendered YAML: %v\n%s", err, stdout.String())
+		}
+		switch {
+		case len(u.Object) == 0:
+			continue
+		case u.GetAPIVersion() == "render.crossplane.io/v1beta1" && u.GetKind() == "Result":
+			out.results = append(out.results, u)
+		case out.xr == nil:
+			out.xr = u
+		default:
+			key := u.GetAnnotations()["crossplane.io/composition-resource-name"]
+			if key == "" {
+				t.Fatalf("rendered %s %s has no crossplane.io/composition-resource-name annotation", u.GetKind(), u.GetName())
+			}
+			out.composed[key] = u
+		}
+	}
+	if out.xr == nil {
+		t.Fatalf("crossplane render printed no XR:\n%s", stdout.String())
+	}
+	return out
+}

@@ -1,0 +1,534 @@
+package e2e
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// id is a replica's identity: its cluster and its index there.
+type id struct {
+	cluster string
+	index   int
+}
+
+func (i id) String() string { return i.cluster + "-" + strconv.Itoa(i.index) }
+
+// wantReplica is a ModelReplica a render must compose.
+type wantReplica struct {
+	id
+	// pools are the nodePoolName of each member, engine by engine.
+	pools map[string][]string
+}
+
+// wantCondition is an XR condition a render must set.
+type wantCondition struct {
+	status string
+	// reasons the condition may carry; any one of them will do. Empty
+	// accepts any.
+	reasons []string
+	// message holds substrings the message must contain, ignoring case.
+	message []string
+}
+
+// TestRender renders each fixture with the real crossplane CLI and checks the
+// composed ModelReplicas and ModelEndpoints, and the XR's status, against
+// CONTRACT.md. The expected placements are worked out by hand from the
+// contract's rules; each case says how.
+func TestRender(t *testing.T) {
+	l4 := func(n string) map[string][]string { return map[string][]string{n: {"l4"}} }
+
+	cases := map[string]struct {
+		reason   string
+		fixture  string
+		replicas []wantReplica
+		// ready is status.replicas.ready.
+		ready int64
+		// endpoints are the replicas that get a ModelEndpoint.
+		endpoints  []id
+		conditions map[string]wantCondition
+		// wholeNode says no pool has a usable observation, so that no pool
+		// may end with more claiming pods charged than it has nodes
+		// (CONTRACT 4.2), unless only retained replicas put them there.
+		wholeNode bool
+	}{
+		"Example": {
+			reason: "With no observations every claiming pod takes a whole L4 node. " +
+				"byo-eu-west's NoSchedule taint is not tolerated. embed-bge-m3 holds one node of " +
+				"eks-us-east (2) and gke-us-central (3), leaving 1 and 2. Spread-first fill, ties by " +
+				"name: eks-us-east 0, gke-us-central 0, then eks-us-east is full, gke-us-central 1. " +
+				"The fourth replica fits nowhere.",
+			fixture: "example",
+			replicas: []wantReplica{
+				{id{"eks-us-east", 0}, l4("qwen3-8b")},
+				{id{"gke-us-central", 0}, l4("qwen3-8b")},
+				{id{"gke-us-central", 1}, l4("qwen3-8b")},
+			},
+			conditions: map[string]wantCondition{
+				"ReplicasScheduled": {status: "False", reasons: []string{"InsufficientCapacity", "Scheduling"}, message: []string{"taint"}},
+				"ReplicasReady":     {status: "False", reasons: []string{"ModelStarting"}},
+				"CapacityObserved":  {status: "False", message: []string{"gke-us-central", "eks-us-east", "byo-eu-west", "l4", "h100"}},
+			},
+			wholeNode: true,
+		},
+		"ExampleObserved": {
+			reason: "The same fleet with fresh agent reports: eks-us-east has 7 free L4s and " +
+				"gke-us-central 11, one per replica, so all four fit, spread two and two. " +
+				"embed-bge-m3's pods were scheduled before the observations, so are not charged again.",
+			fixture: "example/observed",
+			replicas: []wantReplica{
+				{id{"eks-us-east", 0}, l4("qwen3-8b")},
+				{id{"eks-us-east", 1}, l4("qwen3-8b")},
+				{id{"gke-us-central", 0}, l4("qwen3-8b")},
+				{id{"gke-us-central", 1}, l4("qwen3-8b")},
+			},
+			conditions: map[string]wantCondition{
+				"ReplicasScheduled": {status: "False", reasons: []string{"Scheduling"}},
+				"ReplicasReady":     {status: "False", reasons: []string{"ModelStarting"}},
+				"CapacityObserved":  {status: "True"},
+			},
+		},
+		"SingleClusterFirstPoolThatFits": {
+			reason: "Each replica takes the lowest free index on the only cluster, and its engine " +
+				"the first pool in published order with a node left: l4, l4, then h100.",
+			fixture: "e2e/testdata/single-cluster",
+			replicas: []wantReplica{
+				{id{"solo", 0}, map[string][]string{"engine": {"l4"}}},
+				{id{"solo", 1}, map[string][]string{"engine": {"l4"}}},
+				{id{"solo", 2}, map[string][]string{"engine": {"h100"}}},
+			},
+			conditions: map[string]wantCondition{
+				"ReplicasScheduled": {status: "False", reasons: []string{"Scheduling"}},
+				"ReplicasReady":     {status: "False", reasons: []string{"ModelStarting"}},
+				"CapacityObserved":  {status: "False", message: []string{"solo", "l4", "h100"}},
+			},
+			wholeNode: true,
+		},
+		"NotReadyAndGatewaylessClustersTakeNoNewReplicas": {
+			reason: "bravo is not Ready and charlie has no gateway, so only alpha's two L4 nodes " +
+				"take new replicas; the third replica fits nowhere, and the message says why per cluster.",
+			fixture: "e2e/testdata/not-ready",
+			replicas: []wantReplica{
+				{id{"alpha", 0}, l4("engine")},
+				{id{"alpha", 1}, l4("engine")},
+			},
+			conditions: map[string]wantCondition{
+				"ReplicasScheduled": {status: "False", reasons: []string{"InsufficientCapacity", "Scheduling"}, message: []string{"ready", "gateway"}},
+				"ReplicasReady":     {status: "False", reasons: []string{"ModelStarting"}},
+			},
+			wholeNode: true,
+		},
+		"RetainExistingReplica": {
+			reason: "qwen3-8b's replica on bravo keeps index 1 and, being Ready, gets its endpoint " +
+				"at bravo's gateway address. The other namespace's qwen3-8b on alpha is not ours, only " +
+				"charged: alpha has 1 L4 node left. Fill: alpha 0 (alpha has fewest), then alpha and " +
+				"bravo tie at 1 but alpha is full, so bravo's lowest free index, 0.",
+			fixture: "e2e/testdata/retain",
+			replicas: []wantReplica{
+				{id{"alpha", 0}, l4("engine")},
+				{id{"bravo", 0}, l4("engine")},
+				{id{"bravo", 1}, l4("engine")},
+			},
+			ready:     1,
+			endpoints: []id{{"bravo", 1}},
+			conditions: map[string]wantCondition{
+				"ReplicasScheduled": {status: "True", reasons: []string{"ReplicasCreated"}},
+				"ReplicasReady":     {status: "False", reasons: []string{"ModelStarting"}},
+			},
+			wholeNode: true,
+		},
+		"ModelCacheNarrowsClusters": {
+			reason:  "The ModelCache stages only to us-east: both replicas go to east-1, though west-1 has more room.",
+			fixture: "e2e/testdata/cache",
+			replicas: []wantReplica{
+				{id{"east-1", 0}, l4("engine")},
+				{id{"east-1", 1}, l4("engine")},
+			},
+			conditions: map[string]wantCondition{
+				"ModelCacheResolved": {status: "True"},
+				"ReplicasScheduled":  {status: "False", reasons: []string{"Scheduling"}},
+			},
+			wholeNode: true,
+		},
+		"MissingModelCachePlacesNothing": {
+			reason:   "The referenced ModelCache does not exist: no new replica is placed.",
+			fixture:  "e2e/testdata/cache-missing",
+			replicas: nil,
+			conditions: map[string]wantCondition{
+				"ModelCacheResolved": {status: "False", message: []string{"llama-8b-weights"}},
+				"ReplicasScheduled":  {status: "False"},
+				"ReplicasReady":      {status: "False", reasons: []string{"NoReplicasScheduled"}},
+			},
+		},
+		"StaleObservationFallsBackToWholeNodes": {
+			reason: "solo's l4 pool was observed 20 minutes ago, over the 5m default: whole-node " +
+				"accounting, two nodes, two replicas.",
+			fixture: "e2e/testdata/stale-observation",
+			replicas: []wantReplica{
+				{id{"solo", 0}, l4("engine")},
+				{id{"solo", 1}, l4("engine")},
+			},
+			conditions: map[string]wantCondition{
+				"CapacityObserved":  {status: "False", message: []string{"solo", "l4", "stale"}},
+				"ReplicasScheduled": {status: "False", reasons: []string{"InsufficientCapacity", "Scheduling"}},
+			},
+			wholeNode: true,
+		},
+		"FreshObservationCountsFreeDevices": {
+			reason:  "The same pool observed 30s ago: eight free L4s take all three one-GPU replicas.",
+			fixture: "e2e/testdata/fresh-observation",
+			replicas: []wantReplica{
+				{id{"solo", 0}, l4("engine")},
+				{id{"solo", 1}, l4("engine")},
+				{id{"solo", 2}, l4("engine")},
+			},
+			conditions: map[string]wantCondition{
+				"CapacityObserved":  {status: "True"},
+				"ReplicasScheduled": {status: "False", reasons: []string{"Scheduling"}},
+			},
+		},
+		"PodsScheduledBeforeObservationAreNotChargedAgain": {
+			reason: "llama-70b's pods were scheduled before solo's h100 pool was observed, so the " +
+				"histogram's 4 free GPUs already exclude them: the four-GPU replica fits.",
+			fixture: "e2e/testdata/pods-counted",
+			replicas: []wantReplica{
+				{id{"solo", 0}, map[string][]string{"engine": {"h100"}}},
+			},
+			conditions: map[string]wantCondition{
+				"CapacityObserved": {status: "True"},
+			},
+		},
+		"PodsScheduledAfterObservationAreCharged": {
+			reason: "llama-70b's pods were scheduled after the observation, so the ledger charges " +
+				"its 4 GPUs against the histogram's 4 free: the four-GPU replica does not fit.",
+			fixture:  "e2e/testdata/pods-scheduled-after-observation",
+			replicas: nil,
+			conditions: map[string]wantCondition{
+				"CapacityObserved":  {status: "True"},
+				"ReplicasScheduled": {status: "False", reasons: []string{"InsufficientCapacity"}},
+				"ReplicasReady":     {status: "False", reasons: []string{"NoReplicasScheduled"}},
+			},
+		},
+	}
+
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			if skip != "" {
+				t.Skip(skip)
+			}
+			in := readInputs(t, tc.fixture)
+			out := render(t, tc.fixture)
+			t.Logf("%s\n%s", tc.reason, out.raw)
+
+			checkComposedKeys(t, tc.replicas, tc.endpoints, out)
+			for _, w := range tc.replicas {
+				if r, ok := out.composed["replica-"+w.String()]; ok {
+					checkReplica(t, in, w, r)
+				}
+			}
+			for _, e := range tc.endpoints {
+				if ep, ok := out.composed["endpoint-"+e.String()]; ok {
+					checkEndpoint(t, in, e, ep)
+				}
+			}
+			checkStatus(t, out.xr, int64(len(tc.replicas)), tc.ready)
+			for _, typ := range sortedKeys(tc.conditions) {
+				checkCondition(t, out.xr, typ, tc.conditions[typ])
+			}
+			if tc.wholeNode {
+				checkWholeNodeCapacity(t, in, out)
+			}
+		})
+	}
+}
+
+// checkComposedKeys checks that exactly the wanted replicas and endpoints are
+// composed, under their CONTRACT section 3 keys.
+func checkComposedKeys(t *testing.T, replicas []wantReplica, endpoints []id, out rendered) {
+	t.Helper()
+	want := []string{}
+	for _, r := range replicas {
+		want = append(want, "replica-"+r.String())
+	}
+	for _, e := range endpoints {
+		want = append(want, "endpoint-"+e.String())
+	}
+	slices.Sort(want)
+	got := sortedKeys(out.composed)
+	if !slices.Equal(want, got) {
+		t.Errorf("composed resources: want %v, got %v", want, got)
+	}
+	for key, u := range out.composed {
+		kind := "ModelReplica"
+		if strings.HasPrefix(key, "endpoint-") {
+			kind = "ModelEndpoint"
+		}
+		if u.GetAPIVersion() != "modelplane.ai/v1alpha1" || u.GetKind() != kind {
+			t.Errorf("%s: want modelplane.ai/v1alpha1 %s, got %s %s", key, kind, u.GetAPIVersion(), u.GetKind())
+		}
+	}
+}
+
+// wantLabels are CONTRACT section 3's labels of a replica and its endpoint:
+// the template's, the cluster's placement labels, then the managed ones.
+func wantLabels(in inputs, w id) map[string]string {
+	l := map[string]string{}
+	tmpl, _, _ := unstructured.NestedStringMap(in.xr.Object, "spec", "template", "metadata", "labels")
+	for k, v := range tmpl {
+		l[k] = v
+	}
+	if c, ok := in.clusters[w.cluster]; ok {
+		pl, _, _ := unstructured.NestedStringMap(c.Object, "spec", "placement", "metadata", "labels")
+		for k, v := range pl {
+			l[k] = v
+		}
+	}
+	l[labelDeployment] = in.xr.GetName()
+	l[labelCluster] = w.cluster
+	l[labelIndex] = strconv.Itoa(w.index)
+	return l
+}
+
+func checkLabels(t *testing.T, what string, want, got map[string]string) {
+	t.Helper()
+	for _, k := range sortedKeys(want) {
+		if got[k] != want[k] {
+			t.Errorf("%s: label %s: want %q, got %q", what, k, want[k], got[k])
+		}
+	}
+}
+
+// checkReplica checks one composed ModelReplica against CONTRACT section 3.
+func checkReplica(t *testing.T, in inputs, w wantReplica, r *unstructured.Unstructured) {
+	t.Helper()
+	what := "replica-" + w.String()
+	if want := replicaName(in.xr.GetName(), w.cluster, w.index); r.GetName() != want {
+		t.Errorf("%s: metadata.name: want %s, got %s", what, want, r.GetName())
+	}
+	if r.GetNamespace() != in.xr.GetNamespace() {
+		t.Errorf("%s: metadata.namespace: want %s, got %s", what, in.xr.GetNamespace(), r.GetNamespace())
+	}
+	checkLabels(t, what, wantLabels(in, w.id), r.GetLabels())
+
+	if got, _, _ := unstructured.NestedString(r.Object, "spec", "clusterName"); got != w.cluster {
+		t.Errorf("%s: spec.clusterName: want %s, got %s", what, w.cluster, got)
+	}
+	wantCache, _, _ := unstructured.NestedString(in.xr.Object, "spec", "template", "spec", "modelCacheRef", "name")
+	if got, _, _ := unstructured.NestedString(r.Object, "spec", "modelCacheRef", "name"); got != wantCache {
+		t.Errorf("%s: spec.modelCacheRef.name: want %q, got %q", what, wantCache, got)
+	}
+	wantServing, _, _ := unstructured.NestedFieldNoCopy(in.xr.Object, "spec", "template", "spec", "serving")
+	if got, _, _ := unstructured.NestedFieldNoCopy(r.Object, "spec", "serving"); !reflect.DeepEqual(wantServing, got) {
+		t.Errorf("%s: spec.serving: want %v, got %v", what, wantServing, got)
+	}
+
+	xrEngines, _, _ := unstructured.NestedSlice(in.xr.Object, "spec", "template", "spec", "engines")
+	engines, _, _ := unstructured.NestedSlice(r.Object, "spec", "engines")
+	if len(engines) != len(xrEngines) {
+		t.Fatalf("%s: want %d engines, got %d", what, len(xrEngines), len(engines))
+	}
+	cluster := in.clusters[w.cluster]
+	for i := range xrEngines {
+		xe, _ := xrEngines[i].(map[string]any)
+		ge, _ := engines[i].(map[string]any)
+		checkEngine(t, what, xe, ge, w.pools, cluster)
+	}
+}
+
+// checkEngine checks that a replica's engine mirrors the deployment's, with
+// each member pinned to the wanted pool and its device requests resolved.
+func checkEngine(t *testing.T, what string, want, got map[string]any, pools map[string][]string, cluster *unstructured.Unstructured) {
+	t.Helper()
+	name, _ := want["name"].(string)
+	what = fmt.Sprintf("%s: engine %s", what, name)
+	if got["name"] != name {
+		t.Errorf("%s: got engine named %v", what, got["name"])
+	}
+	wantCopies, ok, _ := unstructured.NestedInt64(want, "copies")
+	if !ok {
+		wantCopies = 1
+	}
+	if gotCopies, ok, _ := unstructured.NestedInt64(got, "copies"); ok && gotCopies != wantCopies {
+		t.Errorf("%s: copies: want %d, got %d", what, wantCopies, gotCopies)
+	}
+	if !reflect.DeepEqual(want["phase"], got["phase"]) {
+		t.Errorf("%s: phase: want %v, got %v", what, want["phase"], got["phase"])
+	}
+	wm, _, _ := unstructured.NestedSlice(want, "members")
+	gm, _, _ := unstructured.NestedSlice(got, "members")
+	if len(gm) != len(wm) {
+		t.Errorf("%s: want %d members, got %d", what, len(wm), len(gm))
+		return
+	}
+	for j := range wm {
+		xm, _ := wm[j].(map[string]any)
+		m, _ := gm[j].(map[string]any)
+		mwhat := fmt.Sprintf("%s: member %d", what, j)
+		role, ok := xm["role"]
+		if !ok {
+			role = "Standalone"
+		}
+		if m["role"] != role {
+			t.Errorf("%s: role: want %v, got %v", mwhat, role, m["role"])
+		}
+		if !reflect.DeepEqual(xm["template"], m["template"]) {
+			t.Errorf("%s: template: want the deployment's\n%v\ngot\n%v", mwhat, xm["template"], m["template"])
+		}
+		if !reflect.DeepEqual(xm["worker"], m["worker"]) {
+			t.Errorf("%s: worker: want %v, got %v", mwhat, xm["worker"], m["worker"])
+		}
+		poolName, _, _ := unstructured.NestedString(m, "nodePoolName")
+		if len(pools[name]) > j && poolName != pools[name][j] {
+			t.Errorf("%s: nodePoolName: want %s, got %s", mwhat, pools[name][j], poolName)
+		}
+		checkDeviceRequests(t, mwhat, xm, m, cluster, poolName)
+	}
+}
+
+// checkDeviceRequests checks a member's stamped deviceRequests: one per
+// request of its nodeSelector, named and counted as the request, with its
+// selectors, and the deviceClassName of the pool device it resolves to. In
+// these fixtures every pool has one device, a DRA GPU, so every request
+// resolves to it.
+func checkDeviceRequests(t *testing.T, what string, want, got map[string]any, cluster *unstructured.Unstructured, poolName string) {
+	t.Helper()
+	reqs, _, _ := unstructured.NestedSlice(want, "nodeSelector", "devices")
+	stamped, has := got["deviceRequests"]
+	if len(reqs) == 0 {
+		if has {
+			t.Errorf("%s: claims nothing, so want no deviceRequests key, got %v", what, stamped)
+		}
+		return
+	}
+	gotReqs, _, _ := unstructured.NestedSlice(got, "deviceRequests")
+	if len(gotReqs) != len(reqs) {
+		t.Errorf("%s: want %d deviceRequests, got %d: %v", what, len(reqs), len(gotReqs), stamped)
+		return
+	}
+	var class any
+	if p, ok := pool(cluster, poolName); ok {
+		if devs, _ := p["devices"].([]any); len(devs) == 1 {
+			class = devs[0].(map[string]any)["deviceClassName"]
+		}
+	}
+	for k := range reqs {
+		wr, _ := reqs[k].(map[string]any)
+		gr, _ := gotReqs[k].(map[string]any)
+		count, ok, _ := unstructured.NestedInt64(wr, "count")
+		if !ok {
+			count = 1
+		}
+		if gotCount, _, _ := unstructured.NestedInt64(gr, "count"); gr["name"] != wr["name"] || gotCount != count {
+			t.Errorf("%s: deviceRequests[%d]: want name %v count %d, got %v", what, k, wr["name"], count, gr)
+		}
+		if class != nil && gr["deviceClassName"] != class {
+			t.Errorf("%s: deviceRequests[%d].deviceClassName: want %v, got %v", what, k, class, gr["deviceClassName"])
+		}
+		if !reflect.DeepEqual(wr["selectors"], gr["selectors"]) {
+			t.Errorf("%s: deviceRequests[%d].selectors: want %v, got %v", what, k, wr["selectors"], gr["selectors"])
+		}
+	}
+}
+
+// checkEndpoint checks a composed ModelEndpoint against CONTRACT section 3.
+func checkEndpoint(t *testing.T, in inputs, w id, ep *unstructured.Unstructured) {
+	t.Helper()
+	what := "endpoint-" + w.String()
+	name := replicaName(in.xr.GetName(), w.cluster, w.index)
+	ns := in.xr.GetNamespace()
+	if ep.GetName() != name || ep.GetNamespace() != ns {
+		t.Errorf("%s: want %s/%s, got %s/%s", what, ns, name, ep.GetNamespace(), ep.GetName())
+	}
+	checkLabels(t, what, wantLabels(in, w), ep.GetLabels())
+	host := gatewayHost(in.clusters[w.cluster])
+	wantURL := "http://" + host + "/" + ns + "/" + name + "/v1"
+	if got, _, _ := unstructured.NestedString(ep.Object, "spec", "url"); got != wantURL {
+		t.Errorf("%s: spec.url: want %s, got %s", what, wantURL, got)
+	}
+	wantPath := "/" + ns + "/" + name + "/"
+	if got, _, _ := unstructured.NestedString(ep.Object, "spec", "rewritePath"); got != wantPath {
+		t.Errorf("%s: spec.rewritePath: want %s, got %s", what, wantPath, got)
+	}
+}
+
+func checkStatus(t *testing.T, xr *unstructured.Unstructured, total, ready int64) {
+	t.Helper()
+	gotTotal, _, _ := unstructured.NestedInt64(xr.Object, "status", "replicas", "total")
+	gotReady, _, _ := unstructured.NestedInt64(xr.Object, "status", "replicas", "ready")
+	if gotTotal != total || gotReady != ready {
+		t.Errorf("XR status.replicas: want total %d ready %d, got total %d ready %d", total, ready, gotTotal, gotReady)
+	}
+}
+
+func checkCondition(t *testing.T, xr *unstructured.Unstructured, typ string, w wantCondition) {
+	t.Helper()
+	c, ok := condition(xr, typ)
+	if !ok {
+		t.Errorf("XR has no %s condition", typ)
+		return
+	}
+	if c["status"] != w.status {
+		t.Errorf("XR condition %s: want status %s, got %v (reason %v: %v)", typ, w.status, c["status"], c["reason"], c["message"])
+	}
+	if r, _ := c["reason"].(string); len(w.reasons) > 0 && !slices.Contains(w.reasons, r) {
+		t.Errorf("XR condition %s: want reason %s, got %q (message %v)", typ, strings.Join(w.reasons, " or "), r, c["message"])
+	}
+	msg, _ := c["message"].(string)
+	for _, s := range w.message {
+		if !strings.Contains(strings.ToLower(msg), strings.ToLower(s)) {
+			t.Errorf("XR condition %s: want a message mentioning %q, got %q", typ, s, msg)
+		}
+	}
+}
+
+// checkWholeNodeCapacity checks CONTRACT 4.4's "never overcommit" under
+// whole-node accounting: a pool that takes a new replica ends with no more
+// claiming pods charged to it, other deployments' and ours, than it has nodes.
+func checkWholeNodeCapacity(t *testing.T, in inputs, out rendered) {
+	t.Helper()
+	existing := map[id]bool{}
+	charged := map[string]int64{} // By cluster/pool.
+	for _, r := range in.replicas {
+		cluster, _, _ := unstructured.NestedString(r.Object, "spec", "clusterName")
+		if in.ours(r) {
+			idx, _ := strconv.Atoi(r.GetLabels()[labelIndex])
+			existing[id{cluster, idx}] = true
+			continue // Charged below, if still composed.
+		}
+		for p, n := range claimingPods(r) {
+			charged[cluster+"/"+p] += n
+		}
+	}
+	placed := map[string]bool{}
+	for _, r := range out.composed {
+		if r.GetKind() != "ModelReplica" {
+			continue
+		}
+		cluster, _, _ := unstructured.NestedString(r.Object, "spec", "clusterName")
+		idx, _ := strconv.Atoi(r.GetLabels()[labelIndex])
+		for p, n := range claimingPods(r) {
+			charged[cluster+"/"+p] += n
+			if !existing[id{cluster, idx}] {
+				placed[cluster+"/"+p] = true
+			}
+		}
+	}
+	for _, cp := range sortedKeys(placed) {
+		cluster, poolName, _ := strings.Cut(cp, "/")
+		p, ok := pool(in.clusters[cluster], poolName)
+		if !ok {
+			t.Errorf("a new replica is pinned to %s, which is not a pool of the fleet", cp)
+			continue
+		}
+		nodes, _, _ := unstructured.NestedInt64(p, "nodes")
+		if charged[cp] > nodes {
+			t.Errorf("pool %s is overcommitted: %d claiming pods on %d nodes", cp, charged[cp], nodes)
+		}
+	}
+}
