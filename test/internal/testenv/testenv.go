@@ -1,0 +1,119 @@
+// Package testenv finds the repository, the crossplane CLI and the function
+// binary that the artifact tests (package, mTLS, schemas) exercise.
+package testenv
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// RepoRoot returns the root of the fleet-scheduler repository: the nearest
+// directory above the working directory that holds package/crossplane.yaml.
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatalf("cannot get working directory: %v", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "package", "crossplane.yaml")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("cannot find the repository root (no package/crossplane.yaml above the working directory)")
+		}
+		dir = parent
+	}
+}
+
+// CrossplaneCLI returns the path of the crossplane CLI: $CROSSPLANE, else
+// bin/crossplane, which it builds from tools/go.mod when absent. It skips the
+// test, saying why, only when the CLI cannot be built.
+func CrossplaneCLI(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("CROSSPLANE"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("CROSSPLANE=%s: %v", p, err)
+		}
+		return p
+	}
+	root := RepoRoot(t)
+	cli := filepath.Join(root, "bin", "crossplane")
+
+	// Test packages run in parallel: one builds, the others wait.
+	unlock := lock(t, filepath.Join(root, "bin", ".crossplane.lock"))
+	defer unlock()
+	if _, err := os.Stat(cli); err == nil {
+		return cli
+	}
+	t.Logf("building the crossplane CLI into %s (takes a few minutes)", cli)
+	cmd := exec.Command("go", "build", "-o", cli, "github.com/crossplane/crossplane/v2/cmd/crank")
+	cmd.Dir = filepath.Join(root, "tools")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Skipf("SKIP: cannot build the crossplane CLI from tools/go.mod, so the package cannot be built or pushed: %v\n%s", err, tail(out))
+	}
+	return cli
+}
+
+// BuildFunction builds the function binary the way the image ships it: static
+// (CGO_ENABLED=0), for linux/goarch, into dir. It returns the binary's path.
+func BuildFunction(t testing.TB, goarch, dir string) string {
+	t.Helper()
+	out := filepath.Join(dir, "function")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, ".")
+	cmd.Dir = RepoRoot(t)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("cannot build the function binary: %v\n%s", err, b)
+	}
+	return out
+}
+
+// Run runs name with args in dir and returns its combined output.
+func Run(dir string, env []string, name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var buf bytes.Buffer
+	cmd.Stdout = &buf
+	cmd.Stderr = &buf
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return buf.String(), fmt.Errorf("%s exited %d", name, exit.ExitCode())
+	}
+	return buf.String(), err
+}
+
+func lock(t testing.TB, path string) func() {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatalf("cannot create %s: %v", filepath.Dir(path), err)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatalf("cannot open lock %s: %v", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatalf("cannot lock %s: %v", path, err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		_ = f.Close()
+	}
+}
+
+func tail(b []byte) []byte {
+	const n = 4000
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
