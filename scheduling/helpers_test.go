@@ -1,0 +1,65 @@
+package scheduling
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+)
+
+// observedPools reads the fixture pools' agent fields as a fresh, valid
+// report. Validation is the observation package's job, tested there.
+func observedPools(c *v1alpha1.InferenceCluster) map[string]*PoolObservation {
+	out := map[string]*PoolObservation{}
+	for _, p := range c.Status.GPUPools {
+		if len(p.ObservedAt) == 0 {
+			continue
+		}
+		var at string
+		var nodes int64
+		var buckets []struct {
+			Nodes int64 `json:"nodes"`
+			Free  []struct {
+				Name  string `json:"name"`
+				Count int64  `json:"count"`
+			} `json:"free"`
+		}
+		if json.Unmarshal(p.ObservedAt, &at) != nil || json.Unmarshal(p.ObservedNodes, &nodes) != nil || json.Unmarshal(p.NodesByFreeDevices, &buckets) != nil {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339, at)
+		if err != nil {
+			continue
+		}
+		obs := &PoolObservation{ObservedAt: t, ObservedNodes: nodes}
+		for _, b := range buckets {
+			bk := Bucket{Nodes: b.Nodes, Free: map[string]int64{}}
+			for _, f := range b.Free {
+				bk.Free[f.Name] = f.Count
+			}
+			obs.Buckets = append(obs.Buckets, bk)
+		}
+		out[p.Name] = obs
+	}
+	return out
+}
+
+// scheduledSince reads a fixture replica's PodsScheduled condition.
+func scheduledSince(r *v1alpha1.ModelReplica) *time.Time {
+	if r.Status == nil {
+		return nil
+	}
+	var conds []v1alpha1.Condition
+	if json.Unmarshal(r.Status.Conditions, &conds) != nil {
+		return nil
+	}
+	c := v1alpha1.FindCondition(conds, "PodsScheduled")
+	if c == nil || c.Status != "True" {
+		return nil
+	}
+	t, err := time.Parse(time.RFC3339, c.LastTransitionTime)
+	if err != nil {
+		return nil
+	}
+	return &t
+}
