@@ -34,8 +34,9 @@ func RepoRoot(t testing.TB) string {
 }
 
 // CrossplaneCLI returns the path of the crossplane CLI: $CROSSPLANE, else
-// bin/crossplane, which it builds from tools/go.mod when absent. It skips the
-// test, saying why, only when the CLI cannot be built.
+// bin/crossplane as ./hack/build-crossplane.sh builds it (at the version
+// tools/go.mod pins; quick when it is current). It skips the test, saying
+// why, only when the CLI cannot be built.
 func CrossplaneCLI(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("CROSSPLANE"); p != "" {
@@ -45,21 +46,14 @@ func CrossplaneCLI(t testing.TB) string {
 		return p
 	}
 	root := RepoRoot(t)
-	cli := filepath.Join(root, "bin", "crossplane")
 
 	// Test packages run in parallel: one builds, the others wait.
 	unlock := lock(t, filepath.Join(root, "bin", ".crossplane.lock"))
 	defer unlock()
-	if _, err := os.Stat(cli); err == nil {
-		return cli
+	if out, err := Run(root, nil, "./hack/build-crossplane.sh"); err != nil {
+		t.Skipf("SKIP: cannot build the crossplane CLI with ./hack/build-crossplane.sh, so the package cannot be built, pushed or validated: %v\n%s", err, tail([]byte(out)))
 	}
-	t.Logf("building the crossplane CLI into %s (takes a few minutes)", cli)
-	cmd := exec.Command("go", "build", "-o", cli, "github.com/crossplane/crossplane/v2/cmd/crank")
-	cmd.Dir = filepath.Join(root, "tools")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Skipf("SKIP: cannot build the crossplane CLI from tools/go.mod, so the package cannot be built or pushed: %v\n%s", err, tail(out))
-	}
-	return cli
+	return filepath.Join(root, "bin", "crossplane")
 }
 
 // BuildFunction builds the function binary the way the image ships it: static

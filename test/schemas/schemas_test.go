@@ -1,0 +1,232 @@
+// Package schemas validates the objects fleet-scheduler emits against
+// Modelplane's XRDs (copied from shared/reference into xrds/) with
+// `crossplane beta validate`, offline: OpenAPI schema, unknown fields and
+// the XRDs' CEL rules, as the API server would apply them. It shows the check
+// rejects broken ModelReplicas (testdata/invalid) and accepts good ones
+// (testdata/valid), then validates what `hack/render.sh` renders for the
+// example fleet.
+package schemas
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/modelplaneai/fleet-scheduler/test/internal/testenv"
+)
+
+// The kinds fleet-scheduler composes, and its XR.
+const (
+	kindReplica    = "ModelReplica"
+	kindEndpoint   = "ModelEndpoint"
+	kindDeployment = "ModelDeployment"
+)
+
+// wantRE reads the defect an invalid fixture carries from its "# want:" line.
+var wantRE = regexp.MustCompile(`(?m)^# want: (.+)$`)
+
+func TestXRDsAreCopiesOfTheReference(t *testing.T) {
+	ref := filepath.Join(testenv.RepoRoot(t), "..", "shared", "reference")
+	if _, err := os.Stat(ref); err != nil {
+		t.Skipf("SKIP: no shared/reference beside the repository to compare xrds/ with (%v)", err)
+	}
+	copies, err := filepath.Glob("xrds/*.yaml")
+	if err != nil || len(copies) == 0 {
+		t.Fatalf("no XRDs in xrds/ (%v)", err)
+	}
+	for _, c := range copies {
+		want, err := os.ReadFile(filepath.Join(ref, filepath.Base(c)))
+		if err != nil {
+			t.Errorf("%s has no counterpart in shared/reference: %v", c, err)
+			continue
+		}
+		got, err := os.ReadFile(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(want, got) {
+			t.Errorf("%s differs from shared/reference/%s: copy it again", c, filepath.Base(c))
+		}
+	}
+}
+
+func TestValidReplicasPass(t *testing.T) {
+	cli := testenv.CrossplaneCLI(t)
+	files, err := filepath.Glob("testdata/valid/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no fixtures in testdata/valid (%v)", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			r := validate(t, cli, f)
+			if r.err != nil || r.failures != 0 || r.missing != 0 || r.passed != 1 {
+				t.Errorf("want %s to validate, got %d passed, %d failed, %d without a schema (%v):\n%s", f, r.passed, r.failures, r.missing, r.err, r.output)
+			}
+		})
+	}
+}
+
+func TestInvalidReplicasAreRejected(t *testing.T) {
+	cli := testenv.CrossplaneCLI(t)
+	files, err := filepath.Glob("testdata/invalid/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no fixtures in testdata/invalid (%v)", err)
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := wantRE.FindSubmatch(b)
+			if m == nil {
+				t.Fatalf("%s has no '# want: <error>' line", f)
+			}
+			want := string(m[1])
+
+			r := validate(t, cli, f)
+			if r.err == nil || r.failures != 1 {
+				t.Fatalf("want %s rejected, got exit %v and %d failures:\n%s", f, r.err, r.failures, r.output)
+			}
+			if !strings.Contains(r.output, want) {
+				t.Errorf("want the rejection to say %q, got:\n%s", want, r.output)
+			}
+		})
+	}
+}
+
+func TestRenderedExampleValidates(t *testing.T) {
+	cli := testenv.CrossplaneCLI(t)
+	root := testenv.RepoRoot(t)
+	for _, fixture := range []string{"example", "example/observed"} {
+		t.Run(fixture, func(t *testing.T) {
+			stdout, stderr, err := render(root, cli, fixture)
+			if err != nil {
+				t.Fatalf("./hack/render.sh %s: %v\n%s", fixture, err, stderr)
+			}
+			objs := decode(t, stdout)
+
+			var keep []map[string]any
+			count := map[string]int{}
+			for _, o := range objs {
+				k := fmt.Sprint(o["kind"])
+				count[k]++
+				if k == kindReplica || k == kindEndpoint || k == kindDeployment {
+					keep = append(keep, o)
+				}
+			}
+			t.Logf("rendered: %d %s, %d %s, %d %s", count[kindDeployment], kindDeployment, count[kindReplica], kindReplica, count[kindEndpoint], kindEndpoint)
+
+			file := filepath.Join(t.TempDir(), "rendered.yaml")
+			write(t, file, keep)
+			r := validate(t, cli, file)
+			t.Logf("crossplane beta validate:\n%s", r.output)
+
+			if r.failures != 0 || r.err != nil {
+				t.Errorf("the rendered objects of %s do not validate against the XRDs: %v\n%s", fixture, r.err, r.output)
+			}
+			// The reference has no ModelEndpoint XRD; every other kind must
+			// have met its schema.
+			if want := count[kindReplica] + count[kindDeployment]; r.passed < want {
+				t.Errorf("%d objects validated, want at least the %d ModelDeployments and ModelReplicas:\n%s", r.passed, want, r.output)
+			}
+			if r.missing > count[kindEndpoint] {
+				t.Errorf("%d objects had no schema, more than the %d ModelEndpoints:\n%s", r.missing, count[kindEndpoint], r.output)
+			}
+			if count[kindEndpoint] > 0 {
+				t.Logf("NOTE: %d ModelEndpoints were not validated: shared/reference holds no ModelEndpoint XRD", count[kindEndpoint])
+			}
+			if count[kindReplica] == 0 {
+				t.Skipf("SKIP: the render of %s composes no ModelReplica yet (the XR validated); ModelReplicas are validated here as soon as it does", fixture)
+			}
+		})
+	}
+}
+
+// result is what `crossplane beta validate` reported.
+type result struct {
+	output                    string
+	err                       error
+	passed, failures, missing int
+}
+
+// validate runs `crossplane beta validate xrds/ resources` with a private
+// cache directory: with only local XRDs it needs no network.
+func validate(t *testing.T, cli, resources string) result {
+	t.Helper()
+	out, err := testenv.Run(".", nil, cli, "beta", "validate", "--cache-dir="+t.TempDir(), "xrds", resources)
+	r := result{output: out, err: err}
+	for _, l := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(l, "[✓]"):
+			r.passed++
+		case strings.HasPrefix(l, "[!] could not find CRD/XRD"):
+			r.missing++
+		}
+	}
+	// One resource can have several errors: count the resources that failed.
+	if m := regexp.MustCompile(`(\d+) failure cases`).FindStringSubmatch(out); m != nil {
+		_, _ = fmt.Sscan(m[1], &r.failures)
+	} else if err == nil {
+		r.err = errors.New("no summary line in the output of crossplane beta validate")
+	}
+	return r
+}
+
+// render runs ./hack/render.sh on a fixture and returns its stdout (the
+// rendered YAML) and stderr.
+func render(root, cli, fixture string) (string, string, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command("./hack/render.sh", fixture)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CROSSPLANE="+cli)
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
+
+func decode(t *testing.T, stream string) []map[string]any {
+	t.Helper()
+	var objs []map[string]any
+	d := yaml.NewDecoder(strings.NewReader(stream))
+	for {
+		var o map[string]any
+		err := d.Decode(&o)
+		if errors.Is(err, io.EOF) {
+			return objs
+		}
+		if err != nil {
+			t.Fatalf("cannot decode the rendered YAML: %v\n%s", err, stream)
+		}
+		if o != nil {
+			objs = append(objs, o)
+		}
+	}
+}
+
+func write(t *testing.T, file string, objs []map[string]any) {
+	t.Helper()
+	var buf bytes.Buffer
+	e := yaml.NewEncoder(&buf)
+	for _, o := range objs {
+		if err := e.Encode(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
