@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs the tests of what ships (the test/ module):
+#
+#   test/xpkg     ./hack/build-xpkg.sh, `crossplane xpkg push` of both
+#                 architectures to a registry on loopback, pull back, check
+#                 the Function meta, the Input CRD and the runtime image
+#   test/mtls     the function started from its runtime image serves
+#                 RunFunction over mutual TLS only
+#   test/schemas  ModelReplicas (hand-made and as ./hack/render.sh renders
+#                 example/) against Modelplane's XRDs, `crossplane beta validate`
+#
+# Also checks that test/ and tools/image (modules of their own) are tidy and
+# vet clean. Extra flags go to `go test`, e.g. ./hack/test-package.sh -run Mutual
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${root}"
+
+./hack/build-crossplane.sh
+
+for mod in test tools/image; do
+  (cd "${mod}" && go mod tidy -diff && go vet ./...)
+done
+
+cd test
+exec go test -count=1 -timeout=30m -v "$@" ./...
