@@ -164,6 +164,9 @@ func isAbsent(raw json.RawMessage) bool {
 
 // count reads a non-negative whole number no larger than maxCount.
 func count(raw json.RawMessage) (int64, string) {
+	if isAbsent(raw) {
+		return 0, "missing"
+	}
 	var f float64
 	if err := json.Unmarshal(raw, &f); err != nil {
 		return 0, fmt.Sprintf("%s is not a number", bytes.TrimSpace(raw))
