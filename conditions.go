@@ -93,7 +93,10 @@ func setPlanConditions(rsp *fnv1.RunFunctionResponse, plan *scheduling.Plan, obs
 		msg := fmt.Sprintf("Scheduled %d of %d replicas", total, plan.Wanted)
 		response.ConditionTrue(rsp, condReplicasScheduled, reasonReplicasCreated).WithMessage(join(msg, short))
 	default:
-		response.ConditionFalse(rsp, condReplicasScheduled, reasonScheduling).WithMessage(short)
+		c := response.ConditionFalse(rsp, condReplicasScheduled, reasonScheduling)
+		if short != "" {
+			c.WithMessage(short)
+		}
 		clusterNames := make([]string, 0, len(names))
 		for n := range names {
 			clusterNames = append(clusterNames, n)

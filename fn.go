@@ -44,6 +44,7 @@ type Function struct {
 // error: Crossplane then keeps everything as it was.
 func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
 	rsp := response.To(req, response.DefaultTTL)
+	ensureDesired(rsp)
 
 	opts, err := readInput(req)
 	if err != nil {
@@ -70,6 +71,26 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 		response.Fatal(rsp, err)
 	}
 	return rsp, nil
+}
+
+// ensureDesired makes sure the response has a desired state to write into,
+// whatever the request carried.
+func ensureDesired(rsp *fnv1.RunFunctionResponse) {
+	if rsp.Desired == nil {
+		rsp.Desired = &fnv1.State{}
+	}
+	if rsp.Desired.Composite == nil {
+		rsp.Desired.Composite = &fnv1.Resource{}
+	}
+	if rsp.Desired.Composite.Resource == nil {
+		rsp.Desired.Composite.Resource = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	}
+	if rsp.Desired.Composite.Resource.Fields == nil {
+		rsp.Desired.Composite.Resource.Fields = map[string]*structpb.Value{}
+	}
+	if rsp.Desired.Resources == nil {
+		rsp.Desired.Resources = map[string]*fnv1.Resource{}
+	}
 }
 
 func (f *Function) logger() logging.Logger {
@@ -192,6 +213,9 @@ func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *
 		}
 		got, resolved := required[requiredCache]
 		if !resolved {
+			// Ask for the clusters too, as on every call, so Crossplane
+			// fetches everything in one round.
+			rsp.Requirements.Resources[requiredClusters] = clusterSelector(labels)
 			return nil, nil
 		}
 		if items := got.GetItems(); len(items) > 0 {
@@ -207,10 +231,7 @@ func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *
 			}
 		}
 	}
-	rsp.Requirements.Resources[requiredClusters] = &fnv1.ResourceSelector{
-		ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindInferenceCluster,
-		Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: labels}},
-	}
+	rsp.Requirements.Resources[requiredClusters] = clusterSelector(labels)
 	clusters, okClusters := required[requiredClusters]
 	replicas, okReplicas := required[requiredReplicas]
 	if !okClusters || !okReplicas {
@@ -237,6 +258,15 @@ func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *
 		out.replicas = append(out.replicas, r)
 	}
 	return out, nil
+}
+
+// clusterSelector asks for every InferenceCluster with the labels; none
+// means every cluster.
+func clusterSelector(labels map[string]string) *fnv1.ResourceSelector {
+	return &fnv1.ResourceSelector{
+		ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindInferenceCluster,
+		Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: labels}},
+	}
 }
 
 // nameOf reads namespace/name of an object for error messages.
@@ -300,12 +330,6 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 // writeComposed writes a ModelReplica per placement, a ModelEndpoint per
 // placement that is Ready on a cluster with a gateway, and the XR's status.
 func writeComposed(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, plan *scheduling.Plan, observed map[string]*fnv1.Resource) error {
-	if rsp.Desired == nil {
-		rsp.Desired = &fnv1.State{}
-	}
-	if rsp.Desired.Resources == nil {
-		rsp.Desired.Resources = map[string]*fnv1.Resource{}
-	}
 	ready := 0
 	for _, p := range plan.Replicas {
 		r, err := toResource(composeReplica(xr, p))
@@ -330,12 +354,6 @@ func writeComposed(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, 
 		rsp.Desired.Resources[endpointKey(p)] = e
 	}
 	status := map[string]any{"replicas": map[string]any{"total": len(plan.Replicas), "ready": ready}}
-	if rsp.Desired.Composite == nil {
-		rsp.Desired.Composite = &fnv1.Resource{}
-	}
-	if rsp.Desired.Composite.Resource == nil {
-		rsp.Desired.Composite.Resource = &structpb.Struct{Fields: map[string]*structpb.Value{}}
-	}
 	s, err := structpb.NewValue(status)
 	if err != nil {
 		return fmt.Errorf("cannot write the ModelDeployment status: %w", err)
@@ -380,9 +398,6 @@ func keepObserved(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, i
 	response.ConditionFalse(rsp, condReplicasScheduled, reasonInvalidNodeSelector).WithMessage(msg)
 	response.Warning(rsp, errors.New(msg))
 	rsp.Desired.Composite.Ready = fnv1.Ready_READY_FALSE
-	if rsp.Desired.Resources == nil {
-		rsp.Desired.Resources = map[string]*fnv1.Resource{}
-	}
 	keys := make([]string, 0, len(req.GetObserved().GetResources()))
 	for k := range req.GetObserved().GetResources() {
 		keys = append(keys, k)

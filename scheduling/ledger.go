@@ -65,7 +65,6 @@ func emptyNode(p *pool) []int64 {
 	return free
 }
 
-
 // add returns count nodes with the given free devices to the pool.
 func (l *poolLedger) add(count int64, free []int64) {
 	if count <= 0 {

@@ -85,12 +85,12 @@ func TestSchedule(t *testing.T) {
 		},
 		"PackWhenForced": {
 			reason: "With one cluster, replicas pack onto it at successive indices.",
-			args: args{snapshot(fx.Deployment("m").Replicas(2).Obj(), []*v1alpha1.InferenceCluster{fx.Cluster("a").Obj()})},
-			want: want{placed: []string{"a/0 main=default +", "a/1 main=default +"}},
+			args:   args{snapshot(fx.Deployment("m").Replicas(2).Obj(), []*v1alpha1.InferenceCluster{fx.Cluster("a").Obj()})},
+			want:   want{placed: []string{"a/0 main=default +", "a/1 main=default +"}},
 		},
 		"CapacityShortfall": {
 			reason: "A two-node pool takes two one-GPU replicas under whole-node accounting; the third is explained.",
-			args: args{snapshot(fx.Deployment("m").Replicas(3).Obj(), []*v1alpha1.InferenceCluster{fx.Cluster("a").Obj()})},
+			args:   args{snapshot(fx.Deployment("m").Replicas(3).Obj(), []*v1alpha1.InferenceCluster{fx.Cluster("a").Obj()})},
 			want: want{
 				placed:    []string{"a/0 main=default +", "a/1 main=default +"},
 				shortfall: "0/1 clusters can host another replica: a: engine main: pool default needs 1 free node, has 0",
@@ -186,8 +186,8 @@ func TestSchedule(t *testing.T) {
 		},
 		"NoScheduleKeepsNewReplicasOff": {
 			reason: "An untolerated NoSchedule taint repels new replicas.",
-			args: args{snapshot(fx.Deployment("m").Obj(), []*v1alpha1.InferenceCluster{fx.Cluster("a").Taint("gpu", "maint", "NoSchedule").Obj()})},
-			want: want{shortfall: "0/1 clusters can host another replica: a: untolerated taint gpu=maint:NoSchedule"},
+			args:   args{snapshot(fx.Deployment("m").Obj(), []*v1alpha1.InferenceCluster{fx.Cluster("a").Taint("gpu", "maint", "NoSchedule").Obj()})},
+			want:   want{shortfall: "0/1 clusters can host another replica: a: untolerated taint gpu=maint:NoSchedule"},
 		},
 		"NoScheduleLeavesExistingReplica": {
 			reason: "NoSchedule does not evict a replica already there.",
@@ -270,18 +270,18 @@ func TestSchedule(t *testing.T) {
 		},
 		"GatewayHostnamePreferred": {
 			reason: "A cluster with only the newer hostname is eligible.",
-			args: args{snapshot(fx.Deployment("m").Obj(), []*v1alpha1.InferenceCluster{fx.Cluster("a").Gateway("").Hostname("a.example.com").Obj()})},
-			want: want{placed: []string{"a/0 main=default +"}},
+			args:   args{snapshot(fx.Deployment("m").Obj(), []*v1alpha1.InferenceCluster{fx.Cluster("a").Gateway("").Hostname("a.example.com").Obj()})},
+			want:   want{placed: []string{"a/0 main=default +"}},
 		},
 		"NoGatewayNotEligible": {
 			reason: "A Ready cluster with no gateway hostname or address takes no new replica.",
-			args: args{snapshot(fx.Deployment("m").Obj(), []*v1alpha1.InferenceCluster{fx.Cluster("a").Gateway("").Obj()})},
-			want: want{shortfall: "0/1 clusters can host another replica: a: no gateway hostname or address"},
+			args:   args{snapshot(fx.Deployment("m").Obj(), []*v1alpha1.InferenceCluster{fx.Cluster("a").Gateway("").Obj()})},
+			want:   want{shortfall: "0/1 clusters can host another replica: a: no gateway hostname or address"},
 		},
 		"NotReadyNotEligible": {
 			reason: "A cluster that is not Ready takes no new replica.",
-			args: args{snapshot(fx.Deployment("m").Obj(), []*v1alpha1.InferenceCluster{fx.Cluster("a").NotReady().Obj()})},
-			want: want{shortfall: "0/1 clusters can host another replica: a: not Ready"},
+			args:   args{snapshot(fx.Deployment("m").Obj(), []*v1alpha1.InferenceCluster{fx.Cluster("a").NotReady().Obj()})},
+			want:   want{shortfall: "0/1 clusters can host another replica: a: not Ready"},
 		},
 		"RetainOnlyPlacesNothingNew": {
 			reason: "With the ModelCache unresolved, existing replicas stay and nothing new is placed.",
@@ -352,7 +352,9 @@ func TestScheduleInvalidSelector(t *testing.T) {
 func TestScheduleFreeDevices(t *testing.T) {
 	l4 := func(nodes int64) *fx.PoolWrapper { return fx.Pool("l4", nodes).Devices(fx.GPU("gpu", 4, "24Gi")) }
 	h100 := func(nodes int64) *fx.PoolWrapper { return fx.Pool("h100", nodes).Devices(fx.GPU("gpu", 8, "80Gi")) }
-	anyGPU := func(count int64) v1alpha1.DeviceSelector { return fx.Request("gpu", count, `device.driver == "gpu.nvidia.com"`) }
+	anyGPU := func(count int64) v1alpha1.DeviceSelector {
+		return fx.Request("gpu", count, `device.driver == "gpu.nvidia.com"`)
+	}
 	oneGPU := func() *fx.DeploymentWrapper { return fx.Deployment("m").Engines(fx.Standalone("main", anyGPU(1))) }
 	stamped := func(count int64) v1alpha1.DeviceRequest {
 		return v1alpha1.DeviceRequest{Name: "gpu", DeviceClassName: fx.GPUClass, Count: count}
