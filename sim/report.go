@@ -1,0 +1,137 @@
+package sim
+
+import (
+	"fmt"
+	"html"
+	"io"
+	"strings"
+	"time"
+)
+
+// Row is one scenario run in one mode.
+type Row struct {
+	Scenario Scenario
+	Mode     Mode
+	Binder   Binder
+	Result   *Result
+	Limit    Limit
+}
+
+func pct(n, d int64) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(d))
+}
+
+// WriteTable writes the results as one Markdown table.
+func WriteTable(w io.Writer, rows []Row) error {
+	var b strings.Builder
+	b.WriteString("| Scenario | Mode | Binder | Replicas placed / wanted | Running | GPUs allocated (share of fleet) | Physical limit | Share of limit | Pending pods (max / end) | Rounds to converge |\n")
+	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		res, l := r.Result, r.Limit
+		limit := fmt.Sprintf("%d replicas, %d GPUs (%s)", l.Replicas, l.GPUs, pct(l.GPUs, res.FleetGPUs))
+		if !l.Exact {
+			limit = fmt.Sprintf("≤ %d GPUs (%s)", l.GPUs, pct(l.GPUs, res.FleetGPUs))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %d / %d | %d | %d / %d (%s) | %s | %s | %d / %d | %d |\n",
+			r.Scenario.Name, r.Mode.Name, r.Binder, res.Placed, res.Wanted, res.Running,
+			res.GPUs, res.FleetGPUs, pct(res.GPUs, res.FleetGPUs), limit, pct(res.GPUs, l.GPUs),
+			res.PendingMax, res.PendingEnd, res.RoundsToConverge())
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// Colours of the modes in the chart, in Modes order.
+var modeColours = []string{"#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"}
+
+// WriteChart writes a hand-made SVG: one panel per scenario, GPUs allocated
+// (share of the fleet) over simulated time, one line per mode, and the
+// physical limit dashed.
+func WriteChart(w io.Writer, rows []Row, tick time.Duration) error {
+	var scenarios []string
+	var modes []string
+	byKey := map[[2]string]Row{}
+	for _, r := range rows {
+		if !contains(scenarios, r.Scenario.Name) {
+			scenarios = append(scenarios, r.Scenario.Name)
+		}
+		if !contains(modes, r.Mode.Name) {
+			modes = append(modes, r.Mode.Name)
+		}
+		byKey[[2]string{r.Scenario.Name, r.Mode.Name}] = r
+	}
+	const (
+		cols, pw, ph      = 3, 300, 190
+		left, top, legend = 44, 30, 40
+	)
+	prows := (len(scenarios) + cols - 1) / cols
+	width := cols * (pw + left + 16)
+	height := legend + prows*(ph+top+36)
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`+"\n", width, height, width, height)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
+	for i, m := range modes {
+		x := 10 + i*230
+		fmt.Fprintf(&b, `<line x1="%d" y1="16" x2="%d" y2="16" stroke="%s" stroke-width="2.5"/><text x="%d" y="20">%s</text>`+"\n", x, x+24, modeColours[i%len(modeColours)], x+30, html.EscapeString(m))
+	}
+	x := 10 + len(modes)*230
+	fmt.Fprintf(&b, `<line x1="%d" y1="16" x2="%d" y2="16" stroke="black" stroke-dasharray="4 3"/><text x="%d" y="20">physical limit</text>`+"\n", x, x+24, x+30)
+	for si, name := range scenarios {
+		ox := (si%cols)*(pw+left+16) + left
+		oy := legend + (si/cols)*(ph+top+36) + top
+		fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", ox, oy-8, html.EscapeString(name))
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#ccc"/>`+"\n", ox, oy, pw, ph)
+		var rounds int
+		var fleet int64
+		var limit int64
+		for _, m := range modes {
+			if r, ok := byKey[[2]string{name, m}]; ok {
+				rounds = max(rounds, len(r.Result.Series))
+				fleet, limit = r.Result.FleetGPUs, r.Limit.GPUs
+			}
+		}
+		if rounds < 2 || fleet == 0 {
+			continue
+		}
+		px := func(round int) float64 { return float64(ox) + float64(pw)*float64(round)/float64(rounds-1) }
+		py := func(g int64) float64 { return float64(oy+ph) - float64(ph)*float64(g)/float64(fleet) }
+		for _, f := range []int64{0, 25, 50, 75, 100} {
+			y := py(fleet * f / 100)
+			fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%d%%</text>`+"\n", ox, y, ox+pw, y, ox-4, y+4, f)
+		}
+		minutes := time.Duration(rounds-1) * tick
+		for m := time.Duration(0); m <= minutes; m += 5 * time.Minute {
+			xx := px(int(m / tick))
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%dm</text>`+"\n", xx, oy+ph+14, int(m.Minutes()))
+		}
+		ly := py(limit)
+		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="black" stroke-dasharray="4 3"/>`+"\n", ox, ly, ox+pw, ly)
+		for mi, m := range modes {
+			r, ok := byKey[[2]string{name, m}]
+			if !ok {
+				continue
+			}
+			var pts []string
+			for _, p := range r.Result.Series {
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(p.Round), py(p.GPUs)))
+			}
+			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", modeColours[mi%len(modeColours)], strings.Join(pts, " "))
+		}
+	}
+	fmt.Fprintf(&b, `<text x="10" y="%d" fill="#555">GPUs held by bound pods, as a share of the fleet's GPUs, over simulated time (10s rounds).</text>`+"\n", height-6)
+	b.WriteString("</svg>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
