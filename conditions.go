@@ -95,7 +95,7 @@ func setPlanConditions(rsp *fnv1.RunFunctionResponse, plan *scheduling.Plan, obs
 	default:
 		c := response.ConditionFalse(rsp, condReplicasScheduled, reasonScheduling)
 		if short != "" {
-			c.WithMessage(short)
+			c.WithMessage(join(fmt.Sprintf("Scheduled %d of %d replicas", total, plan.Wanted), short))
 		}
 		clusterNames := make([]string, 0, len(names))
 		for n := range names {

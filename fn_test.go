@@ -430,6 +430,17 @@ func TestRunFunctionConditions(t *testing.T) {
 				ttl: time.Minute,
 			},
 		},
+		"PartialFirstPlacementExplained": {
+			reason: "Fewer placed than wanted on the first pass: Scheduling, with how many and why no cluster fits another.",
+			req:    request(t, fx.Deployment("m").Replicas(2).Obj(), []any{fx.Cluster("a").Pools(fx.Pool("default", 1).Devices(fx.GPU("gpu", 1, "141Gi")).Obj()).Obj()}, nil),
+			want: want{
+				conds: map[string]*fnv1.Condition{condReplicasScheduled: cond(condReplicasScheduled, falseS, reasonScheduling,
+					"Scheduled 1 of 2 replicas; 0/1 clusters can host another replica: a: engine main: pool default needs 1 free node, has 0")},
+				results: []*fnv1.Result{result(fnv1.Severity_SEVERITY_NORMAL, "Scheduled 1 replicas across 1 clusters: a")},
+				ttl:     time.Minute,
+				keys:    []string{"replica-a-0"},
+			},
+		},
 		"CacheNotFoundHoldsPlacement": {
 			reason: "A referenced ModelCache that does not exist keeps existing replicas and places none.",
 			req: func() *fnv1.RunFunctionRequest {
