@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/modelplaneai/fleet-scheduler/e2e/internal/fixture"
@@ -71,15 +73,29 @@ func readYAML(t *testing.T, file string) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatal(err)
 	}
+	out, err := decodeYAML(y)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	return out
+}
+
+// decodeYAML decodes a stream of YAML documents, skipping empty ones. Whole
+// numbers decode as int64, as they do from the API server.
+func decodeYAML(y []byte) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
 	d := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(y), 4096)
 	for {
-		u := &unstructured.Unstructured{}
-		if err := d.Decode(&u.Object); err != nil {
+		var raw json.RawMessage
+		if err := d.Decode(&raw); err != nil {
 			if errors.Is(err, io.EOF) {
-				return out
+				return out, nil
 			}
-			t.Fatalf("%s: %v", file, err)
+			return nil, err
+		}
+		u := &unstructured.Unstructured{}
+		if err := utiljson.Unmarshal(raw, &u.Object); err != nil {
+			return nil, err
 		}
 		if len(u.Object) > 0 {
 			out = append(out, u)

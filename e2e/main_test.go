@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/modelplaneai/fleet-scheduler/e2e/internal/fixture"
 )
@@ -209,18 +207,12 @@ func render(t *testing.T, dir string) rendered {
 	}
 
 	out := rendered{composed: map[string]*unstructured.Unstructured{}, raw: stdout.Bytes()}
-	d := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(stdout.Bytes()), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := d.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			t.Fatalf("cannot parse rendered YAML: %v\n%s", err, stdout.String())
-		}
+	docs, err := decodeYAML(stdout.Bytes())
+	if err != nil {
+		t.Fatalf("cannot parse rendered YAML: %v\n%s", err, stdout.String())
+	}
+	for _, u := range docs {
 		switch {
-		case len(u.Object) == 0:
-			continue
 		case u.GetAPIVersion() == "render.crossplane.io/v1beta1" && u.GetKind() == "Result":
 			out.results = append(out.results, u)
 		case out.xr == nil:
