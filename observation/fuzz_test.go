@@ -1,0 +1,307 @@
+package observation
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/scheduling"
+)
+
+// FuzzPool feeds arbitrary bytes into a pool's three report fields and its
+// device list. Pool must never panic, must return one of the four states,
+// and its verdict must agree with an independent reading of the contract's
+// validity rules (CONTRACT 2.3): a Usable report is valid and fresh, and a
+// valid, fresh report is Usable.
+//
+// Run it with: go test ./observation -run '^$' -fuzz '^FuzzPool$' -fuzztime 20s
+func FuzzPool(f *testing.F) {
+	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`3`), []byte(`[{"nodes":2,"free":[{"name":"gpu","count":4}]},{"nodes":1,"free":[{"name":"gpu","count":1}]}]`), []byte{0x40, 0x05}, int64(0), uint16(300))
+	f.Add([]byte(``), []byte(``), []byte(``), []byte{0x40}, int64(0), uint16(300))
+	f.Add([]byte(`null`), []byte(`3`), []byte(`[]`), []byte{0x40}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`-1`), []byte(`[]`), []byte{0x40}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`2.5`), []byte(`[]`), []byte{0x40}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`"3"`), []byte(`{}`), []byte{0x40}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`1e30`), []byte(`[]`), []byte{0x40}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`1`), []byte(`[{"nodes":1,"free":[{"name":"nic","count":1}]}]`), []byte{0x40, 0x16}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`1`), []byte(`[{"nodes":1,"free":[{"name":"gpu","count":1},{"name":"gpu","count":1}]}]`), []byte{0x40}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`1`), []byte(`[{"nodes":2,"free":[{"name":"gpu","count":9}]}]`), []byte{0x40}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`1`), []byte(`[{"nodes":1,"free":[{"name":"tpu","count":1}]}]`), []byte{0x40}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:00:00Z"`), []byte(`0`), []byte(`[]`), []byte{}, int64(360), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:11:00Z"`), []byte(`0`), []byte(`[]`), []byte{}, int64(0), uint16(300))
+	f.Add([]byte(`1792526760`), []byte(`0`), []byte(`[]`), []byte{}, int64(0), uint16(300))
+	f.Add([]byte(`"yesterday"`), []byte(`0`), []byte(`[{"nodes":null}]`), []byte{}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`1`), []byte(`[{"NODES":1,"Free":[{"Name":"gpu","COUNT":4}]}]`), []byte{0x40}, int64(0), uint16(300))
+
+	base := time.Date(2026, 10, 20, 20, 6, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, observedAt, observedNodes, histogram, devices []byte, nowOffset int64, maxAgeSeconds uint16) {
+		p := &v1alpha1.GPUPool{
+			Name:               "p",
+			Nodes:              ptr(int64(10)),
+			Devices:            fuzzDevices(devices),
+			ObservedAt:         rawOrNil(observedAt),
+			ObservedNodes:      rawOrNil(observedNodes),
+			NodesByFreeDevices: rawOrNil(histogram),
+		}
+		now := base.Add(time.Duration(nowOffset%(1<<40)) * time.Second)
+		maxAge := time.Duration(maxAgeSeconds)*time.Second + time.Second
+
+		obs, rep := Pool(p, now, maxAge)
+
+		if rep.Pool != p.Name {
+			t.Fatalf("report names pool %q, want %q", rep.Pool, p.Name)
+		}
+		switch rep.State {
+		case Usable:
+			if obs == nil {
+				t.Fatalf("Usable report without an observation")
+			}
+			if !rep.ExpiresAt.Equal(obs.ObservedAt.Add(maxAge)) {
+				t.Fatalf("ExpiresAt %v, want observedAt %v + maxAge %v", rep.ExpiresAt, obs.ObservedAt, maxAge)
+			}
+		case Missing, Stale, Invalid:
+			if obs != nil {
+				t.Fatalf("%s report with an observation %+v", rep.State, obs)
+			}
+			if rep.State == Invalid && rep.Defect == "" {
+				t.Fatalf("Invalid report without a defect")
+			}
+			if rep.State == Stale && rep.Age <= maxAge {
+				t.Fatalf("Stale report of age %v, not over maxAge %v", rep.Age, maxAge)
+			}
+		default:
+			t.Fatalf("state %q is none of the four", rep.State)
+		}
+		if rep.Reason() == "" {
+			t.Fatalf("empty Reason for %+v", rep)
+		}
+
+		want, checkable := judge(p, now, maxAge)
+		if !checkable {
+			// The bytes use a JSON feature this reading does not model (a
+			// field named in another case, or an out-of-range number in a
+			// field nobody reads); only the checks above apply.
+			return
+		}
+		if want.state != rep.State {
+			t.Fatalf("state %s (%s), want %s (%s)", rep.State, rep.Defect, want.state, want.why)
+		}
+		if rep.State != Usable {
+			return
+		}
+		if !obs.ObservedAt.Equal(want.obs.ObservedAt) || obs.ObservedNodes != want.obs.ObservedNodes || len(obs.Buckets) != len(want.obs.Buckets) {
+			t.Fatalf("observation %+v, want %+v", obs, want.obs)
+		}
+		for i, b := range obs.Buckets {
+			wb := want.obs.Buckets[i]
+			if b.Nodes != wb.Nodes || len(b.Free) != len(wb.Free) {
+				t.Fatalf("bucket %d is %+v, want %+v", i, b, wb)
+			}
+			for name, n := range wb.Free {
+				if got, ok := b.Free[name]; !ok || got != n {
+					t.Fatalf("bucket %d is %+v, want %+v", i, b, wb)
+				}
+			}
+		}
+	})
+}
+
+// fuzzDevices builds a pool's devices from bytes, two bytes a device: name,
+// claim and whether a count is published from the first, the count from the
+// second.
+func fuzzDevices(b []byte) []v1alpha1.Device {
+	names := []string{"gpu", "nvme", "nic", ""}
+	claims := []string{"", v1alpha1.ClaimDRA, v1alpha1.ClaimSynthetic, "Bogus"}
+	var out []v1alpha1.Device
+	for i := 0; i+1 < len(b) && len(out) < 6; i += 2 {
+		d := v1alpha1.Device{Name: names[b[i]&3], Claim: claims[(b[i]>>2)&3], Driver: "x.example.com"}
+		if b[i]&0x40 != 0 {
+			d.Count = ptr(int64(int8(b[i+1])))
+		}
+		out = append(out, d)
+	}
+	if len(b)%2 == 1 {
+		// An odd byte adds the usual four-GPU device last.
+		out = append(out, v1alpha1.Device{Name: "gpu", Driver: "gpu.nvidia.com", Count: ptr(int64(4))})
+	}
+	return out
+}
+
+type verdict struct {
+	state State
+	why   string
+	obs   scheduling.PoolObservation
+}
+
+// judge reads a pool's report from generic JSON, independently of Pool, and
+// applies CONTRACT 2.3 with the schema's bounds (64 buckets, 16 free entries,
+// counts up to 2^20). checkable is false when the bytes lean on
+// encoding/json behaviour this reading does not model.
+func judge(p *v1alpha1.GPUPool, now time.Time, maxAge time.Duration) (verdict, bool) {
+	absent := func(raw json.RawMessage) bool {
+		t := bytes.TrimSpace(raw)
+		return len(t) == 0 || string(t) == "null"
+	}
+	a, n, h := absent(p.ObservedAt), absent(p.ObservedNodes), absent(p.NodesByFreeDevices)
+	switch {
+	case a && n && h:
+		return verdict{state: Missing}, true
+	case a || n || h:
+		return verdict{state: Invalid, why: "partly published"}, true
+	}
+	var at, nodes, hist any
+	if json.Unmarshal(p.ObservedAt, &at) != nil || json.Unmarshal(p.ObservedNodes, &nodes) != nil {
+		// Not JSON, or a number out of float range: Pool reads these two
+		// whole, so either way it cannot be Usable.
+		return verdict{state: Invalid, why: "observedAt or observedNodes undecodable"}, true
+	}
+	if json.Unmarshal(p.NodesByFreeDevices, &hist) != nil {
+		// Not JSON at all is a defect; well-formed JSON with a number out of
+		// float range may sit in a field Pool never reads.
+		return verdict{state: Invalid, why: "histogram undecodable"}, !json.Valid(p.NodesByFreeDevices)
+	}
+	bad := func(why string) (verdict, bool) { return verdict{state: Invalid, why: why}, true }
+
+	s, ok := at.(string)
+	if !ok {
+		return bad("observedAt not a string")
+	}
+	observedAt, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return bad("observedAt not RFC 3339")
+	}
+	if observedAt.Sub(now) > maxAge {
+		return bad("observedAt too far in the future")
+	}
+	observedNodes, ok := whole(nodes)
+	if !ok {
+		return bad("observedNodes not a count")
+	}
+	list, ok := hist.([]any)
+	if !ok || len(list) > 64 {
+		return bad("histogram not a list of at most 64")
+	}
+	perNode := map[string]v1alpha1.Device{}
+	for _, d := range p.Devices {
+		if _, dup := perNode[d.Name]; !dup {
+			perNode[d.Name] = d
+		}
+	}
+	v := verdict{obs: scheduling.PoolObservation{ObservedAt: observedAt, ObservedNodes: observedNodes}}
+	var total int64
+	for _, e := range list {
+		obj, ok := e.(map[string]any)
+		if !ok {
+			return bad("bucket not an object")
+		}
+		fields, ok := exactKeys(obj, "nodes", "free")
+		if !ok {
+			return verdict{}, false
+		}
+		bn, ok := whole(fields["nodes"])
+		if !ok {
+			return bad("bucket nodes not a count")
+		}
+		b := scheduling.Bucket{Nodes: bn, Free: map[string]int64{}}
+		var frees []any
+		switch fv := fields["free"].(type) {
+		case nil:
+		case []any:
+			frees = fv
+		default:
+			return bad("free not a list")
+		}
+		if len(frees) > 16 {
+			return bad("more than 16 free entries")
+		}
+		for _, fe := range frees {
+			fo, ok := fe.(map[string]any)
+			if !ok {
+				if fe == nil {
+					// A null entry decodes as a zero entry: no name.
+					return bad("free entry without a name")
+				}
+				return bad("free entry not an object")
+			}
+			ff, ok := exactKeys(fo, "name", "count")
+			if !ok {
+				return verdict{}, false
+			}
+			name, ok := ff["name"].(string)
+			if !ok || name == "" {
+				return bad("free entry without a name")
+			}
+			d, known := perNode[name]
+			if !known || !d.IsDRA() {
+				return bad("unknown or Synthetic device")
+			}
+			if _, dup := b.Free[name]; dup {
+				return bad("device listed twice")
+			}
+			c, ok := whole(ff["count"])
+			if !ok {
+				return bad("free count not a count")
+			}
+			limit := int64(0)
+			if d.Count != nil {
+				limit = *d.Count
+			}
+			if c > limit {
+				return bad("free above the per-node count")
+			}
+			b.Free[name] = c
+		}
+		total += bn
+		v.obs.Buckets = append(v.obs.Buckets, b)
+	}
+	if total > observedNodes {
+		return bad("buckets hold more nodes than observedNodes")
+	}
+	if now.Sub(observedAt) > maxAge {
+		v.state = Stale
+		return v, true
+	}
+	v.state = Usable
+	return v, true
+}
+
+// whole reads a JSON number that is a whole count in [0, 2^20].
+func whole(v any) (int64, bool) {
+	f, ok := v.(float64)
+	if !ok || f != math.Trunc(f) || f < 0 || f > 1<<20 {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+// exactKeys picks the named fields of a JSON object. It reports false when a
+// key other than a wanted one matches a wanted one case-insensitively:
+// encoding/json would fill the field from it, and the JSON wire format of a
+// Kubernetes object has no such thing, so the reading does not model it.
+func exactKeys(obj map[string]any, names ...string) (map[string]any, bool) {
+	out := map[string]any{}
+	for k, v := range obj {
+		for _, n := range names {
+			switch {
+			case k == n:
+				out[n] = v
+			case strings.EqualFold(k, n):
+				return nil, false
+			}
+		}
+	}
+	return out, true
+}
+
+func rawOrNil(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return nil
+	}
+	return json.RawMessage(b)
+}
+
+func ptr[T any](v T) *T { return &v }
