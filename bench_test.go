@@ -1,0 +1,415 @@
+package main
+
+// Benchmarks of RunFunction in process at fleet scale, the size of a
+// realistic ModelReplica inside a RunFunctionRequest, and the fleet
+// simulator driven through RunFunction. docs/performance.md has the numbers
+// and the commands.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"runtime/metrics"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/scheduling"
+	"github.com/modelplaneai/fleet-scheduler/sim"
+)
+
+// Shape of the benchmark fleet: 100 clusters of 8 pools of 8xH100 nodes.
+const (
+	benchClusters     = 100
+	benchPools        = 8
+	benchNodesPerPool = 32
+	benchNewReplicas  = 8
+)
+
+var benchNow = time.Date(2026, 10, 20, 20, 8, 0, 0, time.UTC)
+
+// vllmTemplate is the pod template of a realistic vLLM member: the engine
+// with its args, env, probes, resources and mounts, and a metrics sidecar.
+func vllmTemplate(model string, tp int64) json.RawMessage {
+	return json.RawMessage(fmt.Sprintf(`{
+"metadata":{"labels":{"app.kubernetes.io/name":"vllm","app.kubernetes.io/component":"engine","modelplane.ai/model":%[1]q},
+  "annotations":{"prometheus.io/scrape":"true","prometheus.io/port":"8000","prometheus.io/path":"/metrics"}},
+"spec":{"containers":[
+  {"name":"vllm","image":"vllm/vllm-openai:v0.11.0","command":["python3","-m","vllm.entrypoints.openai.api_server"],
+   "args":["--model","/models/%[1]s","--served-model-name",%[1]q,"--tensor-parallel-size","%[2]d","--max-model-len","32768",
+     "--gpu-memory-utilization","0.92","--port","8000","--enable-prefix-caching","--disable-log-requests","--max-num-seqs","256"],
+   "env":[{"name":"HF_HOME","value":"/models/.cache"},{"name":"VLLM_LOGGING_LEVEL","value":"INFO"},{"name":"NCCL_DEBUG","value":"WARN"},
+     {"name":"VLLM_WORKER_MULTIPROC_METHOD","value":"spawn"},{"name":"POD_IP","valueFrom":{"fieldRef":{"fieldPath":"status.podIP"}}},
+     {"name":"HF_TOKEN","valueFrom":{"secretKeyRef":{"name":"hf-token","key":"token"}}}],
+   "ports":[{"name":"http","containerPort":8000,"protocol":"TCP"}],
+   "resources":{"requests":{"cpu":"8","memory":"64Gi"},"limits":{"memory":"96Gi"}},
+   "readinessProbe":{"httpGet":{"path":"/health","port":8000},"periodSeconds":5,"failureThreshold":3},
+   "startupProbe":{"httpGet":{"path":"/health","port":8000},"periodSeconds":10,"failureThreshold":120},
+   "volumeMounts":[{"name":"models","mountPath":"/models","readOnly":true},{"name":"shm","mountPath":"/dev/shm"}]},
+  {"name":"metrics-exporter","image":"ghcr.io/modelplaneai/vllm-exporter:v0.4.2","args":["--target","http://localhost:8000/metrics","--listen",":9400"],
+   "ports":[{"name":"metrics","containerPort":9400}],"resources":{"requests":{"cpu":"100m","memory":"128Mi"},"limits":{"memory":"256Mi"}}}],
+ "volumes":[{"name":"models","persistentVolumeClaim":{"claimName":"model-cache","readOnly":true}},{"name":"shm","emptyDir":{"medium":"Memory","sizeLimit":"16Gi"}}],
+ "tolerations":[{"key":"nvidia.com/gpu","operator":"Exists","effect":"NoSchedule"}],
+ "terminationGracePeriodSeconds":60}}`, model, tp))
+}
+
+// benchReplica is a realistic observed ModelReplica: labels, a stamped
+// device request, the vLLM pod template and status conditions. Its pods were
+// scheduled at scheduledAt.
+func benchReplica(deployment, cluster, pool string, index int, gpus int64, scheduledAt time.Time) *v1alpha1.ModelReplica {
+	model := "meta-llama-3-1-8b-instruct"
+	if gpus >= 4 {
+		model = "meta-llama-3-1-70b-instruct"
+	}
+	r := fx.Replica(deployment, cluster, index).
+		Name(sim.ReplicaName(deployment, cluster, index)).
+		Engines(v1alpha1.ReplicaEngine{Name: "main", Copies: fx.Ptr[int64](1), Members: []v1alpha1.ReplicaMember{{
+			Role: v1alpha1.RoleStandalone, NodePoolName: pool, DeviceRequests: []v1alpha1.DeviceRequest{fx.Stamped(gpus)},
+			Template: vllmTemplate(model, gpus),
+		}}}).
+		Conditions(
+			v1alpha1.Condition{Type: "Synced", Status: "True", Reason: "ReconcileSuccess", LastTransitionTime: scheduledAt.Add(-time.Minute).Format(time.RFC3339)},
+			v1alpha1.Condition{Type: "PodsScheduled", Status: "True", Reason: "PodsBound", Message: "1/1 pods bound", LastTransitionTime: scheduledAt.Format(time.RFC3339)},
+			v1alpha1.Condition{Type: "Ready", Status: "True", Reason: "Available", Message: "1/1 replicas ready", LastTransitionTime: scheduledAt.Add(3 * time.Minute).Format(time.RFC3339)},
+		).Obj()
+	r.Metadata.Labels["app.kubernetes.io/part-of"] = "modelplane"
+	r.Metadata.Labels["modelplane.ai/model"] = model
+	r.Spec.ModelCacheRef = &v1alpha1.LocalRef{Name: model}
+	r.Spec.Serving = &v1alpha1.Serving{Mode: "OpenAI"}
+	return r
+}
+
+// benchCluster is a cluster of benchPools pools of 8xH100 nodes, each pool
+// freshly observed (30s ago) with a realistic spread of free GPUs.
+func benchCluster(i int) *v1alpha1.InferenceCluster {
+	var pools []v1alpha1.GPUPool
+	for p := range benchPools {
+		pools = append(pools, fx.Pool(fmt.Sprintf("h100-%d", p), benchNodesPerPool+8).
+			Devices(fx.GPU("gpu", 8, "80Gi"), fx.NIC(8)).
+			Observed(benchNow.Add(-30*time.Second), benchNodesPerPool,
+				fx.NodesFree(10, "gpu", 8), fx.NodesFree(6, "gpu", 4), fx.NodesFree(5, "gpu", 2),
+				fx.NodesFree(4, "gpu", 1), fx.NodesFree(7, "gpu", 0)).Obj())
+	}
+	return fx.Cluster(fmt.Sprintf("cluster-%03d", i)).
+		Hostname(fmt.Sprintf("gw.cluster-%03d.inference.example.com", i)).
+		Labels(map[string]string{"region": fmt.Sprintf("region-%d", i%5), "modelplane.ai/fleet": "prod"}).
+		Pools(pools...).Obj()
+}
+
+// benchFleet is the benchmark fleet carrying n replicas of other
+// deployments, ten replicas each spread over ten clusters; one in a hundred
+// was scheduled after its pool's observation, and is charged.
+func benchFleet(n int) ([]*v1alpha1.InferenceCluster, []*v1alpha1.ModelReplica) {
+	clusters := make([]*v1alpha1.InferenceCluster, benchClusters)
+	for i := range clusters {
+		clusters[i] = benchCluster(i)
+	}
+	replicas := make([]*v1alpha1.ModelReplica, 0, n)
+	for i := range n {
+		d := i / 10
+		c := (d*7 + i%10) % benchClusters
+		at := benchNow.Add(-time.Duration(1+i%240) * time.Hour)
+		if i%100 == 99 {
+			at = benchNow.Add(-10 * time.Second)
+		}
+		gpus := []int64{1, 2, 4, 8}[d%4]
+		r := benchReplica(fmt.Sprintf("model-%05d", d), fmt.Sprintf("cluster-%03d", c), fmt.Sprintf("h100-%d", d%benchPools), 0, gpus, at)
+		r.Metadata.Namespace = fmt.Sprintf("team-%02d", d%7)
+		replicas = append(replicas, r)
+	}
+	return clusters, replicas
+}
+
+// benchDeployment wants benchNewReplicas replicas of 4 GPUs, none placed yet.
+func benchDeployment() *v1alpha1.ModelDeployment {
+	d := fx.Deployment("llama-70b-new").Replicas(benchNewReplicas).Serving("OpenAI").Cache("meta-llama-3-1-70b-instruct").
+		Labels(map[string]string{"modelplane.ai/model": "meta-llama-3-1-70b-instruct"}).Obj()
+	e := fx.Standalone("main", fx.GPURequest(4))
+	e.Members[0].Template = vllmTemplate("meta-llama-3-1-70b-instruct", 4)
+	d.Spec.Template.Spec.Engines = []v1alpha1.Engine{e}
+	return d
+}
+
+func mustStruct(obj any) *structpb.Struct {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		panic(err)
+	}
+	s := &structpb.Struct{}
+	if err := protojson.Unmarshal(b, s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// fleetRequest is the RunFunctionRequest Crossplane sends once it resolved
+// the required resources.
+func fleetRequest(xr *v1alpha1.ModelDeployment, clusters []*v1alpha1.InferenceCluster, replicas []*v1alpha1.ModelReplica, input *structpb.Struct) *fnv1.RunFunctionRequest {
+	req := &fnv1.RunFunctionRequest{
+		Meta:     &fnv1.RequestMeta{Tag: "bench"},
+		Input:    input,
+		Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: mustStruct(xr)}},
+		RequiredResources: map[string]*fnv1.Resources{
+			requiredClusters: {}, requiredReplicas: {},
+		},
+	}
+	if xr.Spec.Template.Spec.ModelCacheRef != nil {
+		req.RequiredResources[requiredCache] = &fnv1.Resources{Items: []*fnv1.Resource{{Resource: mustStruct(&v1alpha1.ModelCache{
+			TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelCache},
+			Metadata: v1alpha1.ObjectMeta{Name: xr.Spec.Template.Spec.ModelCacheRef.Name, Namespace: xr.Metadata.Namespace},
+		})}}}
+	}
+	for _, c := range clusters {
+		req.RequiredResources[requiredClusters].Items = append(req.RequiredResources[requiredClusters].Items, &fnv1.Resource{Resource: mustStruct(c)})
+	}
+	for _, r := range replicas {
+		req.RequiredResources[requiredReplicas].Items = append(req.RequiredResources[requiredReplicas].Items, &fnv1.Resource{Resource: mustStruct(r)})
+	}
+	return req
+}
+
+func runOnce(req *fnv1.RunFunctionRequest, now time.Time) (*fnv1.RunFunctionResponse, error) {
+	f := &Function{now: func() time.Time { return now }}
+	rsp, err := f.RunFunction(context.Background(), req)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rsp.GetResults() {
+		if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
+			return nil, fmt.Errorf("fatal result: %s", r.GetMessage())
+		}
+	}
+	return rsp, nil
+}
+
+func newReplicas(rsp *fnv1.RunFunctionResponse) int {
+	n := 0
+	for k := range rsp.GetDesired().GetResources() {
+		if strings.HasPrefix(k, "replica-") {
+			n++
+		}
+	}
+	return n
+}
+
+// BenchmarkRunFunction runs RunFunction on 100 clusters x 8 freshly observed
+// pools carrying a number of other deployments' replicas, placing 8 new
+// replicas. Run it on one core:
+//
+//	go test -run '^$' -bench BenchmarkRunFunction -benchmem -cpu 1 -count 6 .
+func BenchmarkRunFunction(b *testing.B) {
+	for _, n := range []int{1_000, 2_500, 5_000, 10_000, 20_000, 50_000} {
+		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
+			clusters, replicas := benchFleet(n)
+			req := fleetRequest(benchDeployment(), clusters, replicas, nil)
+			rsp, err := runOnce(req, benchNow)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if got := newReplicas(rsp); got != benchNewReplicas {
+				b.Fatalf("placed %d replicas, want %d", got, benchNewReplicas)
+			}
+			size := proto.Size(req)
+			heap := peakHeap(func() { _, _ = runOnce(req, benchNow) })
+			cpu := cpuTime()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := runOnce(req, benchNow); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(heap), "peak-heap-B")
+			b.ReportMetric(float64(size), "req-bytes")
+			b.ReportMetric(float64(size)/float64(n), "req-bytes/replica")
+		})
+	}
+}
+
+// BenchmarkSchedule is BenchmarkRunFunction without the protobuf boundary:
+// observation and scheduling on the same fleet, already decoded.
+//
+//	go test -run '^$' -bench BenchmarkSchedule -benchmem -cpu 1 -count 6 .
+func BenchmarkSchedule(b *testing.B) {
+	for _, n := range []int{1_000, 10_000, 50_000} {
+		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
+			clusters, replicas := benchFleet(n)
+			xr := benchDeployment()
+			rec := sim.Direct{}
+			got, err := rec.Reconcile(xr, clusters, replicas, benchNow)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(got) != benchNewReplicas {
+				b.Fatalf("placed %d replicas, want %d", len(got), benchNewReplicas)
+			}
+			cpu := cpuTime()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := rec.Reconcile(xr, clusters, replicas, benchNow); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// cpuTime is the CPU time the process has used, user and system: on a
+// shared machine it tells the work a call does from the wait for a core.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// peakHeap runs f once and returns the most heap its objects held above
+// what was live before, sampled every millisecond (at GOMAXPROCS=1, at each
+// preemption) with the default GOGC: what a call needs the container to have.
+func peakHeap(f func()) uint64 {
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
+	runtime.GC()
+	base := read()
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			if h := read(); h > peak.Load() {
+				peak.Store(h)
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	f()
+	if h := read(); h > peak.Load() {
+		peak.Store(h)
+	}
+	close(done)
+	<-stopped
+	if p := peak.Load(); p > base {
+		return p - base
+	}
+	return 0
+}
+
+// TestRequestBytesPerReplica measures what one realistic ModelReplica adds
+// to a RunFunctionRequest, and checks that main.go's default
+// --max-recv-message-size holds a fleet of 10,000 of them with the
+// benchmark's 100 clusters.
+func TestRequestBytesPerReplica(t *testing.T) {
+	clusters, replicas := benchFleet(1_000)
+	empty := proto.Size(fleetRequest(benchDeployment(), clusters, nil, nil))
+	full := proto.Size(fleetRequest(benchDeployment(), clusters, replicas, nil))
+	per := float64(full-empty) / float64(len(replicas))
+	at10k := float64(empty) + 10_000*per
+	limit := float64(defaultMaxRecvMessageSizeMB) * 1024 * 1024
+	t.Logf("request without replicas: %d bytes (100 clusters x 8 pools); per realistic ModelReplica: %.0f bytes; 10,000 replicas: %.1f MiB of the %d MiB default (%.0f replicas fit)",
+		empty, per, at10k/1024/1024, defaultMaxRecvMessageSizeMB, (limit-float64(empty))/per)
+	if at10k > limit {
+		t.Errorf("a request with 10,000 replicas is %.1f MiB, more than the default --max-recv-message-size of %d MiB", at10k/1024/1024, defaultMaxRecvMessageSizeMB)
+	}
+}
+
+// runFunctionReconciler drives the fleet simulator through the real
+// RunFunction: the simulated fleet goes in as a RunFunctionRequest, the
+// desired ModelReplicas come back out of the response.
+type runFunctionReconciler struct{ binding scheduling.Binding }
+
+func (r runFunctionReconciler) Reconcile(d *v1alpha1.ModelDeployment, clusters []*v1alpha1.InferenceCluster, replicas []*v1alpha1.ModelReplica, now time.Time) ([]*v1alpha1.ModelReplica, error) {
+	var input *structpb.Struct
+	if r.binding != "" {
+		input = mustStruct(map[string]any{"apiVersion": "scheduler.fn.modelplane.ai/v1beta1", "kind": "Input", "assumedBinding": string(r.binding)})
+	}
+	rsp, err := runOnce(fleetRequest(d, clusters, replicas, input), now)
+	if err != nil {
+		return nil, err
+	}
+	keys := slices.Sorted(func(yield func(string) bool) {
+		for k := range rsp.GetDesired().GetResources() {
+			if strings.HasPrefix(k, "replica-") && !yield(k) {
+				return
+			}
+		}
+	})
+	out := make([]*v1alpha1.ModelReplica, 0, len(keys))
+	for _, k := range keys {
+		mr, err := decodeStruct[v1alpha1.ModelReplica](rsp.GetDesired().GetResources()[k].GetResource(), k)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, mr)
+	}
+	return out, nil
+}
+
+// TestFleetSimThroughRunFunction runs a small mixed scenario, with an agent
+// that lags and then goes silent, once through RunFunction and once through
+// the simulator's direct observation + scheduling path, and wants the same
+// fleet round by round: the command's numbers are the function's.
+func TestFleetSimThroughRunFunction(t *testing.T) {
+	pools := []sim.PoolSpec{{Name: "a", Nodes: 3, GPUsPerNode: 8, Memory: "80Gi"}, {Name: "b", Nodes: 2, GPUsPerNode: 8, Memory: "80Gi"}}
+	sc := sim.Scenario{Name: "small", Clusters: sim.Fleet(2, pools...), Rounds: 30, AgentStopsAfter: 150 * time.Second, Shapes: map[string]sim.Shape{}}
+	for i, g := range []int64{1, 4, 2, 8, 1} {
+		d := fx.Deployment("x").Engines(fx.Standalone("main", fx.GPURequest(g))).Obj()
+		sc.Events = append(sc.Events, sim.Event{Round: 2 * i, Name: fmt.Sprintf("d%d", i), Replicas: 6, Deployment: d})
+	}
+	gang := fx.Deployment("x").Engines(fx.Gang("main", 1, fx.GPURequest(8))).Obj()
+	sc.Events = append(sc.Events, sim.Event{Round: 3, Name: "gang", Replicas: 2, Deployment: gang}, sim.Event{Round: 12, Name: "d0", Replicas: 2})
+	runs := []struct {
+		binder sim.Binder
+		mode   sim.Mode
+	}{
+		{sim.LeastAllocated, sim.WholeNode},
+		{sim.LeastAllocated, sim.Fresh},
+		{sim.LeastAllocated, sim.Lagging},
+		{sim.MostAllocated, sim.Lagging},
+	}
+	if testing.Short() {
+		runs = runs[1:2]
+	}
+	for _, run := range runs {
+		b, m := run.binder, run.mode
+		t.Run(string(b)+"/"+m.Name, func(t *testing.T) {
+			t.Parallel()
+			want, err := sim.Run(sc.Config(m, b, sim.Direct{Binding: sim.AssumedBinding(b)}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := sim.Run(sc.Config(m, b, runFunctionReconciler{binding: sim.AssumedBinding(b)}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(want.Series, got.Series) {
+				t.Errorf("through RunFunction the fleet differs from the direct path:\nwant %v\ngot  %v", want.Series, got.Series)
+			}
+			if want.Placed == 0 {
+				t.Error("nothing was placed")
+			}
+		})
+	}
+}
