@@ -238,15 +238,16 @@ func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *
 		return nil, nil
 	}
 	for _, item := range clusters.GetItems() {
-		c, err := decodeStruct[v1alpha1.InferenceCluster](item.GetResource(), "InferenceCluster "+nameOf(item.GetResource()))
+		c, err := readCluster(item.GetResource())
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("cannot read InferenceCluster %s: %w", nameOf(item.GetResource()), err)
 		}
 		out.clusters = append(out.clusters, c)
 	}
 	for _, item := range replicas.GetItems() {
-		r, err := decodeStruct[v1alpha1.ModelReplica](item.GetResource(), "ModelReplica "+nameOf(item.GetResource()))
+		r, err := readReplica(item.GetResource())
 		if err != nil {
+			err = fmt.Errorf("cannot read ModelReplica %s: %w", nameOf(item.GetResource()), err)
 			// Our own replica must be read, or it would be dropped. Another
 			// deployment's cannot be charged; say so and go on.
 			if isOurs(item.GetResource(), xr) {

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+)
+
+// jsonEqual compares raw JSON by meaning, not bytes: key order may differ.
+var jsonEqual = cmp.Comparer(func(a, b json.RawMessage) bool {
+	var x, y any
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return cmp.Equal(x, y)
+})
+
+func TestReadCluster(t *testing.T) {
+	c := fx.Cluster("a").Taint("gpu", "x", "NoSchedule").PlacementLabels(map[string]string{"region": "eu"}).Hostname("a.example.com").
+		Pools(fx.Pool("h100", 4).Devices(fx.GPU("gpu", 8, "80Gi"), fx.NIC(8)).Observed(now, 3, fx.NodesFree(2, "gpu", 8)).Obj()).Obj()
+	c.Status.GPUPools[0].Devices[0].Attributes["cc"] = v1alpha1.DeviceAttribute{Version: fx.Ptr("9.0.0")}
+	c.Status.GPUPools[0].Devices[0].Attributes["pcie"] = v1alpha1.DeviceAttribute{Int: fx.Ptr[int64](5)}
+	c.Status.GPUPools[0].Devices[0].Attributes["mig"] = v1alpha1.DeviceAttribute{Bool: fx.Ptr(false)}
+	got, err := readCluster(toStruct(t, c))
+	if err != nil {
+		t.Fatalf("readCluster(...): %v", err)
+	}
+	// Only what the scheduler reads is read.
+	c.TypeMeta = v1alpha1.TypeMeta{}
+	if diff := cmp.Diff(c, got, jsonEqual); diff != "" {
+		t.Errorf("readCluster(...): -want, +got:\n%s", diff)
+	}
+}
+
+func TestReadReplica(t *testing.T) {
+	r := fx.Replica("m", "a", 3).Engines(fx.PinnedGang("main", "h100", 2, fx.Stamped(4))).PodsScheduled("True", now.Add(-time.Minute)).Obj()
+	got, err := readReplica(toStruct(t, r))
+	if err != nil {
+		t.Fatalf("readReplica(...): %v", err)
+	}
+	// Pod templates, the bulk of a replica, are not read.
+	want := *r
+	want.TypeMeta = v1alpha1.TypeMeta{}
+	if diff := cmp.Diff(&want, got, jsonEqual, cmpopts.IgnoreFields(v1alpha1.ReplicaMember{}, "Template")); diff != "" {
+		t.Errorf("readReplica(...): -want, +got:\n%s", diff)
+	}
+	if got.Spec.Engines[0].Members[0].Template != nil {
+		t.Errorf("readReplica(...): read a pod template it has no use for")
+	}
+}
+
+func TestReadErrors(t *testing.T) {
+	set := func(obj any, path []string, v *structpb.Value) *structpb.Struct {
+		s := toStruct(t, obj)
+		f := s
+		for _, p := range path[:len(path)-1] {
+			f = f.GetFields()[p].GetStructValue()
+		}
+		f.Fields[path[len(path)-1]] = v
+		return s
+	}
+	pools := func(v *structpb.Value) *structpb.Value {
+		l, _ := structpb.NewList([]any{map[string]any{"name": "p", "nodes": 1.0}})
+		l.Values[0].GetStructValue().Fields["devices"] = v
+		return structpb.NewListValue(l)
+	}
+	cases := map[string]struct {
+		reason string
+		read   func() error
+		want   string
+	}{
+		"ReplicaCopiesString": {
+			reason: "A wrong type names the field path.",
+			read: func() error {
+				s := toStruct(t, fx.Replica("m", "a", 0).Obj())
+				s.Fields["spec"].GetStructValue().Fields["engines"].GetListValue().Values[0].GetStructValue().Fields["copies"] = structpb.NewStringValue("two")
+				_, err := readReplica(s)
+				return err
+			},
+			want: "spec.engines[0].copies: cannot use a string as a whole number",
+		},
+		"ReplicaFractionalCount": {
+			reason: "A fractional count is not a whole number.",
+			read: func() error {
+				s := toStruct(t, fx.Replica("m", "a", 0).Obj())
+				m := s.Fields["spec"].GetStructValue().Fields["engines"].GetListValue().Values[0].GetStructValue().Fields["members"].GetListValue().Values[0]
+				m.GetStructValue().Fields["deviceRequests"].GetListValue().Values[0].GetStructValue().Fields["count"] = structpb.NewNumberValue(1.5)
+				_, err := readReplica(s)
+				return err
+			},
+			want: "spec.engines[0].members[0].deviceRequests[0].count: cannot use a number as a whole number",
+		},
+		"ClusterLabelsList": {
+			reason: "Labels that are not an object are refused.",
+			read: func() error {
+				_, err := readCluster(set(fx.Cluster("a").Obj(), []string{"metadata", "labels"}, structpb.NewListValue(&structpb.ListValue{})))
+				return err
+			},
+			want: "metadata.labels: cannot use a list as an object",
+		},
+		"ClusterDevicesNumber": {
+			reason: "A pool's devices that are not a list are refused.",
+			read: func() error {
+				_, err := readCluster(set(fx.Cluster("a").Obj(), []string{"status", "gpuPools"}, pools(structpb.NewNumberValue(3))))
+				return err
+			},
+			want: "status.gpuPools[0].devices: cannot use a number as a list",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := tc.read()
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("%s\nwant error %q, got %v", tc.reason, tc.want, err)
+			}
+		})
+	}
+}
+
+func TestReadHugeCountIsHeld(t *testing.T) {
+	c := fx.Cluster("a").Obj()
+	c.Status.GPUPools[0].Nodes = nil
+	s := toStruct(t, c)
+	s.Fields["status"].GetStructValue().Fields["gpuPools"].GetListValue().Values[0].GetStructValue().Fields["nodes"] = structpb.NewNumberValue(1e300)
+	got, err := readCluster(s)
+	if err != nil {
+		t.Fatalf("readCluster(...): %v", err)
+	}
+	if n := *got.Status.GPUPools[0].Nodes; n != 1<<62 {
+		t.Errorf("readCluster(...) nodes: want %d, got %d", int64(1<<62), n)
+	}
+}
