@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -67,7 +68,9 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 		// Crossplane calls again once it has fetched what we require.
 		return rsp, nil
 	}
-	if err := f.compose(req, rsp, xr, fleet, opts); err != nil {
+	// The scheduler is pure and takes no context: DRA's CEL cost limit bounds
+	// every evaluation, and a pass is milliseconds.
+	if err := f.compose(req, rsp, xr, fleet, opts); err != nil { //nolint:contextcheck // See above.
 		response.Fatal(rsp, err)
 	}
 	return rsp, nil
@@ -76,13 +79,13 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 // ensureDesired makes sure the response has a desired state to write into,
 // whatever the request carried.
 func ensureDesired(rsp *fnv1.RunFunctionResponse) {
-	if rsp.Desired == nil {
+	if rsp.GetDesired() == nil {
 		rsp.Desired = &fnv1.State{}
 	}
-	if rsp.Desired.Composite == nil {
+	if rsp.GetDesired().GetComposite() == nil {
 		rsp.Desired.Composite = &fnv1.Resource{}
 	}
-	if rsp.Desired.Composite.Resource == nil {
+	if rsp.GetDesired().GetComposite().GetResource() == nil {
 		rsp.Desired.Composite.Resource = &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	}
 	if rsp.Desired.Composite.Resource.Fields == nil {
@@ -170,8 +173,7 @@ func decodeStruct[T any](s *structpb.Struct, what string) (*T, error) {
 
 // describeJSONError turns a decode error into one that names the field path.
 func describeJSONError(err error) error {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 		return fmt.Errorf("%s: cannot use a JSON %s as %s", te.Field, te.Value, te.Type)
 	}
 	return err
@@ -199,9 +201,7 @@ func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *
 	out := &fleet{}
 	labels := map[string]string{}
 	if spec.ClusterSelector != nil {
-		for k, v := range spec.ClusterSelector.MatchLabels {
-			labels[k] = v
-		}
+		maps.Copy(labels, spec.ClusterSelector.MatchLabels)
 	}
 	required := req.GetRequiredResources()
 	if spec.ModelCacheRef != nil {
@@ -225,9 +225,7 @@ func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *
 			}
 			out.cacheFound = true
 			if cache.Spec.ClusterSelector != nil {
-				for k, v := range cache.Spec.ClusterSelector.MatchLabels {
-					labels[k] = v
-				}
+				maps.Copy(labels, cache.Spec.ClusterSelector.MatchLabels)
 			}
 		}
 	}
@@ -294,7 +292,7 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	retainOnly := setCacheCondition(rsp, fl)
 	if len(fl.clusters) == 0 {
 		response.ConditionFalse(rsp, condReplicasScheduled, reasonNoClusters)
-		response.Warning(rsp, errors.New("No InferenceClusters found"))
+		response.Warning(rsp, errors.New("No InferenceClusters found")) //nolint:staticcheck // Modelplane v0.3's warning, word for word.
 		rsp.Desired.Composite.Ready = fnv1.Ready_READY_FALSE
 		return nil
 	}
@@ -310,8 +308,7 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		Replicas:   replicas,
 		Options:    scheduling.Options{Binding: opts.binding, RetainOnly: retainOnly},
 	})
-	var invalid *scheduling.InvalidSelectorError
-	if errors.As(err, &invalid) {
+	if invalid, ok := errors.AsType[*scheduling.InvalidSelectorError](err); ok {
 		return keepObserved(req, rsp, invalid)
 	}
 	if err != nil {

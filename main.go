@@ -19,11 +19,11 @@ const defaultMaxRecvMessageSizeMB = 64
 type CLI struct {
 	Debug bool `help:"Emit debug logs in addition to info logs." short:"d"`
 
-	Network            string `default:"tcp"                      help:"Network on which to listen for gRPC connections."`
-	Address            string `default:":9443"                    help:"Address at which to listen for gRPC connections."`
-	TLSCertsDir        string `env:"TLS_SERVER_CERTS_DIR"         help:"Directory containing server certs (tls.key, tls.crt) and the CA used to verify client certificates (ca.crt)." name:"tls-server-certs-dir"`
+	Network            string `default:"tcp"                                                                                        help:"Network on which to listen for gRPC connections."`
+	Address            string `default:":9443"                                                                                      help:"Address at which to listen for gRPC connections."`
+	TLSCertsDir        string `env:"TLS_SERVER_CERTS_DIR"                                                                           help:"Directory containing server certs (tls.key, tls.crt) and the CA used to verify client certificates (ca.crt)." name:"tls-server-certs-dir"`
 	Insecure           bool   `help:"Run without mTLS credentials. If you supply this flag --tls-server-certs-dir will be ignored."`
-	MaxRecvMessageSize int    `default:"${max_recv_message_size}" help:"Maximum size of received messages in MB; the default holds a request carrying 10,000 ModelReplicas."`
+	MaxRecvMessageSize int    `default:"${max_recv_message_size}"                                                                   help:"Maximum size of received messages in MB; the default holds a request carrying 10,000 ModelReplicas."`
 }
 
 // Run this function.

@@ -41,44 +41,48 @@ func (s *pass) charge(r Replica) {
 		return
 	}
 	for _, e := range r.Object.Spec.Engines {
-		copies := countOr(e.Copies, 1)
-		gang := false
-		for _, m := range e.Members {
-			gang = gang || roleOf(m.Role) != v1alpha1.RoleStandalone
-		}
 		// Members of one engine share a pool; a replica that says otherwise
 		// is charged pool by pool, in member order.
 		done := map[string]bool{}
-		for _, first := range e.Members {
-			if done[first.NodePoolName] {
+		for _, m := range e.Members {
+			if done[m.NodePoolName] {
 				continue
 			}
-			done[first.NodePoolName] = true
+			done[m.NodePoolName] = true
 			// A pin to a pool the cluster no longer publishes charges nothing:
 			// its pods cannot schedule and hold no node.
-			p := cl.poolByID[first.NodePoolName]
-			if p == nil {
-				continue
-			}
-			if obs := cl.observed[p.name]; obs != nil && r.ScheduledSince != nil && r.ScheduledSince.Before(obs.ObservedAt) {
-				continue
-			}
-			l := s.ledger[cl.name][p.index]
-			var groups []podGroup
-			for _, m := range e.Members {
-				if m.NodePoolName != p.name {
-					continue
-				}
-				g := podGroup{pods: memberPods(m.Role, m.Worker)}
-				if len(m.DeviceRequests) > 0 {
-					g.claim = s.stampedClaim(cl, p, l, m.DeviceRequests)
-				}
-				groups = append(groups, g)
-			}
-			if _, short := reserveEngine(l, p, gangsOf(copies, gang, groups), s.binding); short != nil {
-				l.saturated = true
+			if p := cl.poolByID[m.NodePoolName]; p != nil && !counted(r, cl.observed[p.name]) {
+				s.chargeEngineOnPool(cl, p, e)
 			}
 		}
+	}
+}
+
+// counted reports whether a pool's histogram already counts a replica's
+// pods: they all became scheduled strictly before the pool was observed.
+func counted(r Replica, obs *PoolObservation) bool {
+	return obs != nil && r.ScheduledSince != nil && r.ScheduledSince.Before(obs.ObservedAt)
+}
+
+// chargeEngineOnPool books the claiming pods of an observed engine's members
+// pinned to one pool. Pods that do not fit saturate the pool.
+func (s *pass) chargeEngineOnPool(cl *cluster, p *pool, e v1alpha1.ReplicaEngine) {
+	l := s.ledger[cl.name][p.index]
+	gang := false
+	var groups []podGroup
+	for _, m := range e.Members {
+		gang = gang || roleOf(m.Role) != v1alpha1.RoleStandalone
+		if m.NodePoolName != p.name {
+			continue
+		}
+		g := podGroup{pods: memberPods(m.Role, m.Worker)}
+		if len(m.DeviceRequests) > 0 {
+			g.claim = s.stampedClaim(cl, p, l, m.DeviceRequests)
+		}
+		groups = append(groups, g)
+	}
+	if _, short := reserveEngine(l, p, gangsOf(countOr(e.Copies, 1), gang, groups), s.binding); short != nil {
+		l.saturated = true
 	}
 }
 

@@ -158,8 +158,7 @@ func (l *poolLedger) take(i int, c []int64) move {
 
 // undo reverses moves, newest first, leaving the pool as it was before them.
 func (l *poolLedger) undo(moves []move) {
-	for i := len(moves) - 1; i >= 0; i-- {
-		m := moves[i]
+	for _, m := range slices.Backward(moves) {
 		for j := range l.groups {
 			if slices.Equal(l.groups[j].free, m.to) {
 				l.groups[j].count--

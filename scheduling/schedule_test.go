@@ -338,8 +338,7 @@ func TestScheduleInvalidSelector(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			d := fx.Deployment("m").Engines(fx.Standalone("main", fx.Request("gpu", 1, tc.cel))).Obj()
 			_, err := Schedule(snapshot(d, []*v1alpha1.InferenceCluster{fx.Cluster("a").Obj()}))
-			var invalid *InvalidSelectorError
-			if !errors.As(err, &invalid) {
+			if _, ok := errors.AsType[*InvalidSelectorError](err); !ok {
 				t.Fatalf("%s\nSchedule(...): want an InvalidSelectorError, got %v", tc.reason, err)
 			}
 			if !strings.Contains(err.Error(), tc.want) {

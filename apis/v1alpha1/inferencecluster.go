@@ -5,9 +5,10 @@ import "encoding/json"
 // InferenceCluster is a cluster of the fleet, with the GPU pools it publishes.
 type InferenceCluster struct {
 	TypeMeta `json:",inline"`
+
 	Metadata ObjectMeta             `json:"metadata"`
 	Spec     InferenceClusterSpec   `json:"spec"`
-	Status   InferenceClusterStatus `json:"status,omitempty"`
+	Status   InferenceClusterStatus `json:"status,omitzero"`
 }
 
 // InferenceClusterSpec is the part of a cluster's spec the function reads.
@@ -25,7 +26,7 @@ type Taint struct {
 
 // Placement carries metadata copied onto what is composed for the cluster.
 type Placement struct {
-	Metadata TemplateMetadata `json:"metadata,omitempty"`
+	Metadata TemplateMetadata `json:"metadata,omitzero"`
 }
 
 // InferenceClusterStatus is the part of a cluster's status the function reads.

@@ -5,9 +5,10 @@ import "encoding/json"
 // ModelDeployment is the namespaced XR the function composes.
 type ModelDeployment struct {
 	TypeMeta `json:",inline"`
+
 	Metadata ObjectMeta            `json:"metadata"`
 	Spec     ModelDeploymentSpec   `json:"spec"`
-	Status   ModelDeploymentStatus `json:"status,omitempty"`
+	Status   ModelDeploymentStatus `json:"status,omitzero"`
 }
 
 // ModelDeploymentSpec is the desired state of a ModelDeployment.
@@ -18,7 +19,7 @@ type ModelDeploymentSpec struct {
 
 // ReplicaTemplate is the template every replica is made from.
 type ReplicaTemplate struct {
-	Metadata TemplateMetadata       `json:"metadata,omitempty"`
+	Metadata TemplateMetadata       `json:"metadata,omitzero"`
 	Spec     DeploymentTemplateSpec `json:"spec"`
 }
 

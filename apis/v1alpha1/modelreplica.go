@@ -5,6 +5,7 @@ import "encoding/json"
 // ModelReplica is one placed replica of a deployment, on one cluster.
 type ModelReplica struct {
 	TypeMeta `json:",inline"`
+
 	Metadata ObjectMeta          `json:"metadata"`
 	Spec     ModelReplicaSpec    `json:"spec"`
 	Status   *ModelReplicaStatus `json:"status,omitempty"`
@@ -53,6 +54,7 @@ type ModelReplicaStatus struct {
 // ModelEndpoint routes to one Ready replica through its cluster's gateway.
 type ModelEndpoint struct {
 	TypeMeta `json:",inline"`
+
 	Metadata ObjectMeta        `json:"metadata"`
 	Spec     ModelEndpointSpec `json:"spec"`
 }
@@ -66,6 +68,7 @@ type ModelEndpointSpec struct {
 // ModelCache stages model weights on the clusters it selects.
 type ModelCache struct {
 	TypeMeta `json:",inline"`
+
 	Metadata ObjectMeta     `json:"metadata"`
 	Spec     ModelCacheSpec `json:"spec"`
 }
