@@ -26,15 +26,20 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "${root}"
 
-fixture="${1:-example}"
+# The fixture directory, relative to the current directory, else to the
+# repository's root.
+fixture="${1:-${root}/example}"
 if [[ $# -gt 0 ]]; then shift; fi
-fixture="${fixture%/}"
+if [[ ! -d "${fixture}" && -d "${root}/${fixture}" ]]; then
+  fixture="${root}/${fixture}"
+fi
 if [[ ! -d "${fixture}/required-resources" ]]; then
   echo "render.sh: ${fixture} is not a fixture: it has no required-resources/ directory" >&2
   exit 2
 fi
+fixture="$(cd "${fixture}" && pwd)"
+cd "${root}"
 
 ./hack/build-crossplane.sh
 go build -buildvcs=false -o bin/function .
