@@ -1,3 +1,10 @@
+// Package e2e renders fixtures with the real `crossplane render` against the
+// function built from this tree, and checks what it composes against the
+// contract. TestMain builds the function, finds or builds the crossplane CLI
+// (bin/crossplane, see hack/build-crossplane.sh; or $CROSSPLANE), and starts
+// the function with --insecure on a free loopback port for every test to
+// share. With -short, or when there is no crossplane CLI and none can be
+// built, the renders are skipped and say why.
 package e2e
 
 import (

@@ -203,6 +203,30 @@ func TestRender(t *testing.T) {
 				"CapacityObserved": {status: "True"},
 			},
 		},
+		"GangFitsOnTwoNodes": {
+			reason: "The Leader and the Worker each claim 4 GPUs, and each of the pool's two nodes " +
+				"has 4 free: one node each, both members pinned to h100.",
+			fixture: "e2e/testdata/gang-fits-on-two-nodes",
+			replicas: []wantReplica{
+				{id{"solo", 0}, map[string][]string{"gang": {"h100", "h100"}}},
+			},
+			conditions: map[string]wantCondition{
+				"CapacityObserved":   {status: "True"},
+				"ModelCacheResolved": {status: "True"},
+				"ReplicasScheduled":  {status: "False", reasons: []string{"Scheduling"}},
+			},
+		},
+		"GangNeedsDistinctNodes": {
+			reason: "One schedulable node with 8 free GPUs would hold both pods' 4, but a gang's " +
+				"claiming pods take distinct nodes: the gang does not fit.",
+			fixture:  "e2e/testdata/gang-needs-distinct-nodes",
+			replicas: nil,
+			conditions: map[string]wantCondition{
+				"CapacityObserved":  {status: "True"},
+				"ReplicasScheduled": {status: "False", reasons: []string{"InsufficientCapacity"}, message: []string{"h100"}},
+				"ReplicasReady":     {status: "False", reasons: []string{"NoReplicasScheduled"}},
+			},
+		},
 		"PodsScheduledAfterObservationAreCharged": {
 			reason: "llama-70b's pods were scheduled after the observation, so the ledger charges " +
 				"its 4 GPUs against the histogram's 4 free: the four-GPU replica does not fit.",
