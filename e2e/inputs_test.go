@@ -69,7 +69,7 @@ func readInputs(t *testing.T, dir string) inputs {
 
 func readYAML(t *testing.T, file string) []*unstructured.Unstructured {
 	t.Helper()
-	y, err := os.ReadFile(file) //nolint:gosec // Fixture files.
+	y, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,10 +247,10 @@ func TestReplicaName(t *testing.T) {
 		index               int
 		want                string
 	}{
-		"ShortName": {"qwen3-8b", "eks-us-east", 0, "qwen3-8b-fd54a"},
+		"ShortName": {"qwen3-8b", eksUSEast, 0, "qwen3-8b-fd54a"},
 		// Cut to 57 characters, "...-longcontext-", then the trailing "-" dropped.
 		"LongName": {
-			"mistral-small-3-2-24b-instruct-2506-awq-int4-longcontext-rp-v2", "solo", 2,
+			"mistral-small-3-2-24b-instruct-2506-awq-int4-longcontext-rp-v2", solo, 2,
 			"mistral-small-3-2-24b-instruct-2506-awq-int4-longcontext-ac455",
 		},
 	}

@@ -64,7 +64,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "cannot create temporary directory:", err)
 		return 1
 	}
-	defer os.RemoveAll(tmp) //nolint:errcheck // Best effort.
+	defer os.RemoveAll(tmp)
 
 	crossplane, skip = findCrossplane()
 	if skip != "" {
@@ -79,7 +79,7 @@ func run(m *testing.M) int {
 	}
 
 	fn := filepath.Join(tmp, "function")
-	build := exec.Command("go", "build", "-buildvcs=false", "-o", fn, ".")
+	build := exec.CommandContext(context.Background(), "go", "build", "-buildvcs=false", "-o", fn, ".")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "cannot build the function: %v\n%s", err, out)
@@ -109,7 +109,7 @@ func findCrossplane() (path, why string) {
 	}
 	p := filepath.Join(root, "bin", "crossplane")
 	// The script does nothing when bin/crossplane is current.
-	cmd := exec.Command("bash", filepath.Join(root, "hack", "build-crossplane.sh"))
+	cmd := exec.CommandContext(context.Background(), "bash", filepath.Join(root, "hack", "build-crossplane.sh"))
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -133,7 +133,7 @@ func startFunction(fn string) (stop func(), err error) {
 			return nil, err
 		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		cmd := exec.Command(fn, "--insecure", "--debug", "--address="+addr) //nolint:gosec // The function we just built.
+		cmd := exec.CommandContext(context.Background(), fn, "--insecure", "--debug", "--address="+addr)
 		cmd.Stdout = functionLog
 		cmd.Stderr = functionLog
 		if err := cmd.Start(); err != nil {
@@ -165,10 +165,11 @@ func waitListening(addr string, exited <-chan error, timeout time.Duration) erro
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-exited:
-			return fmt.Errorf("%w before listening on %s: %v", errExited, addr, err)
+			return fmt.Errorf("%w before listening on %s: %w", errExited, addr, err)
 		default:
 		}
-		c, err := net.DialTimeout("tcp", addr, time.Second)
+		d := net.Dialer{Timeout: time.Second}
+		c, err := d.DialContext(context.Background(), "tcp", addr)
 		if err == nil {
 			_ = c.Close()
 			return nil
@@ -179,11 +180,11 @@ func waitListening(addr string, exited <-chan error, timeout time.Duration) erro
 }
 
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("cannot find a free port: %w", err)
 	}
-	defer l.Close() //nolint:errcheck // Only read its port.
+	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
@@ -212,7 +213,7 @@ func render(t *testing.T, dir string) rendered {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, crossplane, args...) //nolint:gosec // Our own CLI and fixture.
+	cmd := exec.CommandContext(ctx, crossplane, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -9,6 +10,27 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// Names the cases below use again and again.
+const (
+	eksUSEast    = "eks-us-east"
+	gkeUSCentral = "gke-us-central"
+	solo         = "solo"
+	poolL4       = "l4"
+	poolH100     = "h100"
+
+	statusTrue  = "True"
+	statusFalse = "False"
+
+	condReplicasScheduled = "ReplicasScheduled"
+	condReplicasReady     = "ReplicasReady"
+	condCapacityObserved  = "CapacityObserved"
+
+	reasonScheduling           = "Scheduling"
+	reasonInsufficientCapacity = "InsufficientCapacity"
+	reasonModelStarting        = "ModelStarting"
+	reasonNoReplicasScheduled  = "NoReplicasScheduled"
 )
 
 // id is a replica's identity: its cluster and its index there.
@@ -22,6 +44,7 @@ func (i id) String() string { return i.cluster + "-" + strconv.Itoa(i.index) }
 // wantReplica is a ModelReplica a render must compose.
 type wantReplica struct {
 	id
+
 	// pools are the nodePoolName of each member, engine by engine.
 	pools map[string][]string
 }
@@ -65,14 +88,14 @@ func TestRender(t *testing.T) {
 				"The fourth replica fits nowhere.",
 			fixture: "example",
 			replicas: []wantReplica{
-				{id{"eks-us-east", 0}, l4("qwen3-8b")},
-				{id{"gke-us-central", 0}, l4("qwen3-8b")},
-				{id{"gke-us-central", 1}, l4("qwen3-8b")},
+				{id{eksUSEast, 0}, l4("qwen3-8b")},
+				{id{gkeUSCentral, 0}, l4("qwen3-8b")},
+				{id{gkeUSCentral, 1}, l4("qwen3-8b")},
 			},
 			conditions: map[string]wantCondition{
-				"ReplicasScheduled": {status: "False", reasons: []string{"InsufficientCapacity", "Scheduling"}, message: []string{"taint"}},
-				"ReplicasReady":     {status: "False", reasons: []string{"ModelStarting"}},
-				"CapacityObserved":  {status: "False", message: []string{"gke-us-central", "eks-us-east", "byo-eu-west", "l4", "h100"}},
+				condReplicasScheduled: {status: statusFalse, reasons: []string{reasonInsufficientCapacity, reasonScheduling}, message: []string{"taint"}},
+				condReplicasReady:     {status: statusFalse, reasons: []string{reasonModelStarting}},
+				condCapacityObserved:  {status: statusFalse, message: []string{gkeUSCentral, eksUSEast, "byo-eu-west", poolL4, poolH100}},
 			},
 			wholeNode: true,
 		},
@@ -82,30 +105,30 @@ func TestRender(t *testing.T) {
 				"embed-bge-m3's pods were scheduled before the observations, so are not charged again.",
 			fixture: "example/observed",
 			replicas: []wantReplica{
-				{id{"eks-us-east", 0}, l4("qwen3-8b")},
-				{id{"eks-us-east", 1}, l4("qwen3-8b")},
-				{id{"gke-us-central", 0}, l4("qwen3-8b")},
-				{id{"gke-us-central", 1}, l4("qwen3-8b")},
+				{id{eksUSEast, 0}, l4("qwen3-8b")},
+				{id{eksUSEast, 1}, l4("qwen3-8b")},
+				{id{gkeUSCentral, 0}, l4("qwen3-8b")},
+				{id{gkeUSCentral, 1}, l4("qwen3-8b")},
 			},
 			conditions: map[string]wantCondition{
-				"ReplicasScheduled": {status: "False", reasons: []string{"Scheduling"}},
-				"ReplicasReady":     {status: "False", reasons: []string{"ModelStarting"}},
-				"CapacityObserved":  {status: "True"},
+				condReplicasScheduled: {status: statusFalse, reasons: []string{reasonScheduling}},
+				condReplicasReady:     {status: statusFalse, reasons: []string{reasonModelStarting}},
+				condCapacityObserved:  {status: statusTrue},
 			},
 		},
 		"SingleClusterFirstPoolThatFits": {
 			reason: "Each replica takes the lowest free index on the only cluster, and its engine " +
-				"the first pool in published order with a node left: l4, l4, then h100.",
+				"the first pool in published order with a node left: l4 twice, then h100.",
 			fixture: "e2e/testdata/single-cluster",
 			replicas: []wantReplica{
-				{id{"solo", 0}, map[string][]string{"engine": {"l4"}}},
-				{id{"solo", 1}, map[string][]string{"engine": {"l4"}}},
-				{id{"solo", 2}, map[string][]string{"engine": {"h100"}}},
+				{id{solo, 0}, map[string][]string{"engine": {poolL4}}},
+				{id{solo, 1}, map[string][]string{"engine": {poolL4}}},
+				{id{solo, 2}, map[string][]string{"engine": {poolH100}}},
 			},
 			conditions: map[string]wantCondition{
-				"ReplicasScheduled": {status: "False", reasons: []string{"Scheduling"}},
-				"ReplicasReady":     {status: "False", reasons: []string{"ModelStarting"}},
-				"CapacityObserved":  {status: "False", message: []string{"solo", "l4", "h100"}},
+				condReplicasScheduled: {status: statusFalse, reasons: []string{reasonScheduling}},
+				condReplicasReady:     {status: statusFalse, reasons: []string{reasonModelStarting}},
+				condCapacityObserved:  {status: statusFalse, message: []string{solo, poolL4, poolH100}},
 			},
 			wholeNode: true,
 		},
@@ -118,8 +141,8 @@ func TestRender(t *testing.T) {
 				{id{"alpha", 1}, l4("engine")},
 			},
 			conditions: map[string]wantCondition{
-				"ReplicasScheduled": {status: "False", reasons: []string{"InsufficientCapacity", "Scheduling"}, message: []string{"ready", "gateway"}},
-				"ReplicasReady":     {status: "False", reasons: []string{"ModelStarting"}},
+				condReplicasScheduled: {status: statusFalse, reasons: []string{reasonInsufficientCapacity, reasonScheduling}, message: []string{"ready", "gateway"}},
+				condReplicasReady:     {status: statusFalse, reasons: []string{reasonModelStarting}},
 			},
 			wholeNode: true,
 		},
@@ -137,8 +160,8 @@ func TestRender(t *testing.T) {
 			ready:     1,
 			endpoints: []id{{"bravo", 1}},
 			conditions: map[string]wantCondition{
-				"ReplicasScheduled": {status: "True", reasons: []string{"ReplicasCreated"}},
-				"ReplicasReady":     {status: "False", reasons: []string{"ModelStarting"}},
+				condReplicasScheduled: {status: statusTrue, reasons: []string{"ReplicasCreated"}},
+				condReplicasReady:     {status: statusFalse, reasons: []string{reasonModelStarting}},
 			},
 			wholeNode: true,
 		},
@@ -150,8 +173,8 @@ func TestRender(t *testing.T) {
 				{id{"east-1", 1}, l4("engine")},
 			},
 			conditions: map[string]wantCondition{
-				"ModelCacheResolved": {status: "True"},
-				"ReplicasScheduled":  {status: "False", reasons: []string{"Scheduling"}},
+				"ModelCacheResolved":  {status: statusTrue},
+				condReplicasScheduled: {status: statusFalse, reasons: []string{reasonScheduling}},
 			},
 			wholeNode: true,
 		},
@@ -160,9 +183,9 @@ func TestRender(t *testing.T) {
 			fixture:  "e2e/testdata/cache-missing",
 			replicas: nil,
 			conditions: map[string]wantCondition{
-				"ModelCacheResolved": {status: "False", message: []string{"llama-8b-weights"}},
-				"ReplicasScheduled":  {status: "False"},
-				"ReplicasReady":      {status: "False", reasons: []string{"NoReplicasScheduled"}},
+				"ModelCacheResolved":  {status: statusFalse, message: []string{"llama-8b-weights"}},
+				condReplicasScheduled: {status: statusFalse},
+				condReplicasReady:     {status: statusFalse, reasons: []string{reasonNoReplicasScheduled}},
 			},
 		},
 		"StaleObservationFallsBackToWholeNodes": {
@@ -170,12 +193,12 @@ func TestRender(t *testing.T) {
 				"accounting, two nodes, two replicas.",
 			fixture: "e2e/testdata/stale-observation",
 			replicas: []wantReplica{
-				{id{"solo", 0}, l4("engine")},
-				{id{"solo", 1}, l4("engine")},
+				{id{solo, 0}, l4("engine")},
+				{id{solo, 1}, l4("engine")},
 			},
 			conditions: map[string]wantCondition{
-				"CapacityObserved":  {status: "False", message: []string{"solo", "l4", "stale"}},
-				"ReplicasScheduled": {status: "False", reasons: []string{"InsufficientCapacity", "Scheduling"}},
+				condCapacityObserved:  {status: statusFalse, message: []string{solo, poolL4, "stale"}},
+				condReplicasScheduled: {status: statusFalse, reasons: []string{reasonInsufficientCapacity, reasonScheduling}},
 			},
 			wholeNode: true,
 		},
@@ -183,13 +206,13 @@ func TestRender(t *testing.T) {
 			reason:  "The same pool observed 30s ago: eight free L4s take all three one-GPU replicas.",
 			fixture: "e2e/testdata/fresh-observation",
 			replicas: []wantReplica{
-				{id{"solo", 0}, l4("engine")},
-				{id{"solo", 1}, l4("engine")},
-				{id{"solo", 2}, l4("engine")},
+				{id{solo, 0}, l4("engine")},
+				{id{solo, 1}, l4("engine")},
+				{id{solo, 2}, l4("engine")},
 			},
 			conditions: map[string]wantCondition{
-				"CapacityObserved":  {status: "True"},
-				"ReplicasScheduled": {status: "False", reasons: []string{"Scheduling"}},
+				condCapacityObserved:  {status: statusTrue},
+				condReplicasScheduled: {status: statusFalse, reasons: []string{reasonScheduling}},
 			},
 		},
 		"PodsScheduledBeforeObservationAreNotChargedAgain": {
@@ -197,10 +220,10 @@ func TestRender(t *testing.T) {
 				"histogram's 4 free GPUs already exclude them: the four-GPU replica fits.",
 			fixture: "e2e/testdata/pods-counted",
 			replicas: []wantReplica{
-				{id{"solo", 0}, map[string][]string{"engine": {"h100"}}},
+				{id{solo, 0}, map[string][]string{"engine": {poolH100}}},
 			},
 			conditions: map[string]wantCondition{
-				"CapacityObserved": {status: "True"},
+				condCapacityObserved: {status: statusTrue},
 			},
 		},
 		"GangFitsOnTwoNodes": {
@@ -208,12 +231,12 @@ func TestRender(t *testing.T) {
 				"has 4 free: one node each, both members pinned to h100.",
 			fixture: "e2e/testdata/gang-fits-on-two-nodes",
 			replicas: []wantReplica{
-				{id{"solo", 0}, map[string][]string{"gang": {"h100", "h100"}}},
+				{id{solo, 0}, map[string][]string{"gang": {poolH100, poolH100}}},
 			},
 			conditions: map[string]wantCondition{
-				"CapacityObserved":   {status: "True"},
-				"ModelCacheResolved": {status: "True"},
-				"ReplicasScheduled":  {status: "False", reasons: []string{"Scheduling"}},
+				condCapacityObserved:  {status: statusTrue},
+				"ModelCacheResolved":  {status: statusTrue},
+				condReplicasScheduled: {status: statusFalse, reasons: []string{reasonScheduling}},
 			},
 		},
 		"GangNeedsDistinctNodes": {
@@ -222,9 +245,9 @@ func TestRender(t *testing.T) {
 			fixture:  "e2e/testdata/gang-needs-distinct-nodes",
 			replicas: nil,
 			conditions: map[string]wantCondition{
-				"CapacityObserved":  {status: "True"},
-				"ReplicasScheduled": {status: "False", reasons: []string{"InsufficientCapacity"}, message: []string{"h100"}},
-				"ReplicasReady":     {status: "False", reasons: []string{"NoReplicasScheduled"}},
+				condCapacityObserved:  {status: statusTrue},
+				condReplicasScheduled: {status: statusFalse, reasons: []string{reasonInsufficientCapacity}, message: []string{poolH100}},
+				condReplicasReady:     {status: statusFalse, reasons: []string{reasonNoReplicasScheduled}},
 			},
 		},
 		"PodsScheduledAfterObservationAreCharged": {
@@ -233,9 +256,9 @@ func TestRender(t *testing.T) {
 			fixture:  "e2e/testdata/pods-scheduled-after-observation",
 			replicas: nil,
 			conditions: map[string]wantCondition{
-				"CapacityObserved":  {status: "True"},
-				"ReplicasScheduled": {status: "False", reasons: []string{"InsufficientCapacity"}},
-				"ReplicasReady":     {status: "False", reasons: []string{"NoReplicasScheduled"}},
+				condCapacityObserved:  {status: statusTrue},
+				condReplicasScheduled: {status: statusFalse, reasons: []string{reasonInsufficientCapacity}},
+				condReplicasReady:     {status: statusFalse, reasons: []string{reasonNoReplicasScheduled}},
 			},
 		},
 	}
@@ -276,7 +299,7 @@ func TestRender(t *testing.T) {
 // composed, under their CONTRACT section 3 keys.
 func checkComposedKeys(t *testing.T, replicas []wantReplica, endpoints []id, out rendered) {
 	t.Helper()
-	want := []string{}
+	want := make([]string, 0, len(replicas)+len(endpoints))
 	for _, r := range replicas {
 		want = append(want, "replica-"+r.String())
 	}
@@ -304,14 +327,10 @@ func checkComposedKeys(t *testing.T, replicas []wantReplica, endpoints []id, out
 func wantLabels(in inputs, w id) map[string]string {
 	l := map[string]string{}
 	tmpl, _, _ := unstructured.NestedStringMap(in.xr.Object, "spec", "template", "metadata", "labels")
-	for k, v := range tmpl {
-		l[k] = v
-	}
+	maps.Copy(l, tmpl)
 	if c, ok := in.clusters[w.cluster]; ok {
 		pl, _, _ := unstructured.NestedStringMap(c.Object, "spec", "placement", "metadata", "labels")
-		for k, v := range pl {
-			l[k] = v
-		}
+		maps.Copy(l, pl)
 	}
 	l[labelDeployment] = in.xr.GetName()
 	l[labelCluster] = w.cluster

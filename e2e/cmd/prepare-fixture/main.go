@@ -9,6 +9,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/modelplaneai/fleet-scheduler/e2e/internal/fixture"
@@ -24,7 +25,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "prepare-fixture: %s: %v\n", os.Args[1], err)
 		os.Exit(1)
 	}
-	for _, a := range p.Args() {
-		fmt.Println(a)
+	if _, err := os.Stdout.WriteString(strings.Join(p.Args(), "\n") + "\n"); err != nil {
+		os.Exit(1)
 	}
 }
