@@ -92,13 +92,20 @@ type gCluster struct {
 }
 
 // gRequest asks for count devices of a kind, of at least 80Gi when need80.
+// With orNIC it also takes a NIC, which is Synthetic: a member whose only
+// request it is claims on a pool that lists its GPU first and claims nothing
+// on one that lists its NIC first.
 type gRequest struct {
 	kind   kind
 	count  int64
 	need80 bool
+	orNIC  bool
 }
 
 func (r gRequest) cel() []string {
+	if r.orNIC {
+		return []string{fmt.Sprintf("device.driver == %q || device.driver == %q", r.kind.driver, kindNIC.driver)}
+	}
 	out := []string{fmt.Sprintf("device.driver == %q", r.kind.driver)}
 	if r.need80 {
 		out = append(out, fx.MemAtLeast80Gi)
@@ -108,6 +115,9 @@ func (r gRequest) cel() []string {
 
 // satisfies is the oracle's reading of a request's selectors.
 func (r gRequest) satisfies(d gDevice) bool {
+	if r.orNIC && d.kind == kindNIC {
+		return true
+	}
 	return d.kind.driver == r.kind.driver && (!r.need80 || d.memGi >= 80)
 }
 
@@ -285,6 +295,8 @@ func genRequests(c chooser) []gRequest {
 		reqs = append(reqs, gRequest{kind: kindGPU, count: int64(1 + c.IntN(2)), need80: c.IntN(2) == 0}, gRequest{kind: kindNVMe, count: 1})
 	case 2:
 		reqs = append(reqs, gRequest{kind: kindGPU, count: 1}, gRequest{kind: kindNIC, count: 1})
+	case 3:
+		reqs = append(reqs, gRequest{kind: kindGPU, count: 1, orNIC: true})
 	default:
 		reqs = append(reqs, gRequest{kind: kindGPU, count: pick[int64](c, 1, 1, 1, 2, 4), need80: c.IntN(3) == 0})
 	}
