@@ -155,7 +155,7 @@ func call(t *testing.T, addr string, creds credentials.TransportCredentials, req
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close() //nolint:errcheck // nothing to do about it
+	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return fnv1.NewFunctionRunnerServiceClient(conn).RunFunction(ctx, req)
@@ -176,7 +176,7 @@ func start(t *testing.T, img v1.Image, rootfs, certs string) string {
 	}
 	entrypoint := filepath.Join(rootfs, cf.Config.Entrypoint[0])
 
-	help, err := exec.Command(entrypoint, "--help").CombinedOutput()
+	help, err := exec.CommandContext(t.Context(), entrypoint, "--help").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s --help: %v\n%s", cf.Config.Entrypoint[0], err, help)
 	}
@@ -193,7 +193,8 @@ func start(t *testing.T, img v1.Image, rootfs, certs string) string {
 	}
 
 	var out strings.Builder
-	cmd := exec.Command(entrypoint, args...)
+	// Not CommandContext: the cleanup below stops the function and reaps it.
+	cmd := exec.Command(entrypoint, args...) //nolint:noctx // stopped by t.Cleanup
 	cmd.Dir = filepath.Join(rootfs, cf.Config.WorkingDir)
 	cmd.Env = append(append([]string{}, cf.Config.Env...), "TLS_SERVER_CERTS_DIR="+certs)
 	cmd.Stdout = &out
@@ -227,7 +228,8 @@ func start(t *testing.T, img v1.Image, rootfs, certs string) string {
 			t.Fatalf("the function did not listen on %s within 30s", addr)
 		case <-time.After(50 * time.Millisecond):
 		}
-		c, err := net.DialTimeout("tcp", addr, time.Second)
+		d := net.Dialer{Timeout: time.Second}
+		c, err := d.DialContext(t.Context(), "tcp", addr)
 		if err == nil {
 			_ = c.Close()
 			return addr
@@ -243,7 +245,7 @@ func checkRunsAs(t *testing.T, pid int, user string) {
 		t.Fatal(err)
 	}
 	uid, _ := parseUser(t, user)
-	for _, l := range strings.Split(string(b), "\n") {
+	for l := range strings.SplitSeq(string(b), "\n") {
 		if f := strings.Fields(l); len(f) > 1 && f[0] == "Uid:" {
 			if f[1] != strconv.FormatUint(uint64(uid), 10) {
 				t.Errorf("the function runs as uid %s, want the image's user %s", f[1], user)
@@ -260,7 +262,8 @@ func checkRunsAs(t *testing.T, pid int, user string) {
 // loopback. If the port is taken already the function cannot bind it either.
 func holdMetricsPort(t *testing.T) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:"+metricsPort)
+	var lc net.ListenConfig
+	l, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:"+metricsPort)
 	if err != nil {
 		t.Logf("127.0.0.1:%s is taken (%v); the function's metrics server cannot bind it either", metricsPort, err)
 		return
@@ -270,7 +273,8 @@ func holdMetricsPort(t *testing.T) {
 
 func freeLoopbackAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	l, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,12 +305,12 @@ func parseUser(t *testing.T, user string) (uint32, uint32) {
 // traverse (t.TempDir's parent is private to root).
 func sharedTempDir(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "fleet-scheduler-mtls-")
+	dir, err := os.MkdirTemp("", "fleet-scheduler-mtls-") //nolint:usetesting // t.TempDir's parent is private to root
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil { //nolint:gosec // the nonroot function must read it
+	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -353,7 +357,7 @@ func untar(r io.Reader, dir string) error {
 			if err != nil {
 				return err
 			}
-			if _, err := io.Copy(f, tr); err != nil { //nolint:gosec // our own image
+			if _, err := io.Copy(f, tr); err != nil {
 				_ = f.Close()
 				return err
 			}

@@ -122,7 +122,7 @@ func writeServerCerts(t *testing.T, dir string, server, ca keyPair) {
 		t.Fatal(err)
 	}
 	for name, b := range map[string][]byte{"tls.crt": server.certPEM, "tls.key": server.keyPEM, "ca.crt": ca.certPEM} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil { //nolint:gosec // test key, read by the nonroot function
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -109,11 +109,12 @@ func TestRenderedExampleValidates(t *testing.T) {
 	root := testenv.RepoRoot(t)
 	// The example fleet, and every e2e fixture: between them they compose
 	// Standalone and gang replicas, retained ones and endpoints.
-	fixtures := []string{"example", "example/observed"}
 	e2e, err := filepath.Glob(filepath.Join(root, "e2e", "testdata", "*", "required-resources"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	fixtures := make([]string, 0, 2+len(e2e))
+	fixtures = append(fixtures, "example", "example/observed")
 	for _, d := range e2e {
 		rel, err := filepath.Rel(root, filepath.Dir(d))
 		if err != nil {
@@ -125,7 +126,7 @@ func TestRenderedExampleValidates(t *testing.T) {
 	replicas := 0
 	for _, fixture := range fixtures {
 		t.Run(fixture, func(t *testing.T) {
-			stdout, stderr, err := render(root, cli, fixture)
+			stdout, stderr, err := render(t, root, cli, fixture)
 			if err != nil {
 				t.Fatalf("./hack/render.sh %s: %v\n%s", fixture, err, stderr)
 			}
@@ -220,9 +221,9 @@ func validate(t *testing.T, cli, resources string) result {
 	if err := os.WriteFile(filepath.Join(entry, "package.yaml"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := testenv.Run(".", nil, cli, "beta", "validate", "--cache-dir="+cache, "--crossplane-image="+noBuiltinSchemas, "xrds", resources)
+	out, err := testenv.Run(t.Context(), ".", nil, cli, "beta", "validate", "--cache-dir="+cache, "--crossplane-image="+noBuiltinSchemas, "xrds", resources)
 	r := result{output: out, err: err}
-	for _, l := range strings.Split(out, "\n") {
+	for l := range strings.SplitSeq(out, "\n") {
 		switch {
 		case strings.HasPrefix(l, "[✓]"):
 			r.passed++
@@ -241,9 +242,10 @@ func validate(t *testing.T, cli, resources string) result {
 
 // render runs ./hack/render.sh on a fixture and returns its stdout (the
 // rendered YAML) and stderr.
-func render(root, cli, fixture string) (string, string, error) {
+func render(t *testing.T, root, cli, fixture string) (string, string, error) {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command("./hack/render.sh", fixture)
+	cmd := exec.CommandContext(t.Context(), "./hack/render.sh", fixture)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CROSSPLANE="+cli)
 	cmd.Stdout = &stdout

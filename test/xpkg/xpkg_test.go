@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -53,7 +54,7 @@ func TestPushAndPullMultiArchPackage(t *testing.T) {
 	out := t.TempDir()
 
 	// The one command the README documents, on a clean output directory.
-	buildLog, err := testenv.Run(root, []string{"OUTPUT_DIR=" + out, "CROSSPLANE=" + cli}, "./hack/build-xpkg.sh")
+	buildLog, err := testenv.Run(t.Context(), root, []string{"OUTPUT_DIR=" + out, "CROSSPLANE=" + cli}, "./hack/build-xpkg.sh")
 	t.Logf("./hack/build-xpkg.sh:\n%s", buildLog)
 	if err != nil {
 		t.Fatalf("./hack/build-xpkg.sh: %v", err)
@@ -74,7 +75,7 @@ func TestPushAndPullMultiArchPackage(t *testing.T) {
 	}
 	// An empty Docker config: no credentials from this machine leak in.
 	pushEnv := []string{"DOCKER_CONFIG=" + t.TempDir()}
-	if pushLog, err := testenv.Run(root, pushEnv, cli, "xpkg", "push", "-f", strings.Join(files, ","), ref); err != nil {
+	if pushLog, err := testenv.Run(t.Context(), root, pushEnv, cli, "xpkg", "push", "-f", strings.Join(files, ","), ref); err != nil {
 		t.Fatalf("crossplane xpkg push: %v\n%s", err, pushLog)
 	}
 
@@ -91,7 +92,7 @@ func TestPushAndPullMultiArchPackage(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var got []string
+	got := make([]string, 0, len(im.Manifests))
 	for _, d := range im.Manifests {
 		if d.Platform == nil {
 			t.Fatalf("index entry %s has no platform", d.Digest)
@@ -225,9 +226,7 @@ func checkRuntime(t *testing.T, img v1.Image, layers []v1.Layer, arch string, wa
 
 	fs := map[string][]byte{}
 	for _, l := range layers {
-		for n, b := range untar(t, l) {
-			fs[n] = b
-		}
+		maps.Copy(fs, untar(t, l))
 	}
 	bin, ok := fs[strings.TrimPrefix(image.BinaryPath, "/")]
 	if !ok {
@@ -260,7 +259,7 @@ func untar(t *testing.T, l v1.Layer) map[string][]byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rc.Close() //nolint:errcheck // read-only
+	defer rc.Close()
 	files := map[string][]byte{}
 	tr := tar.NewReader(rc)
 	for {

@@ -4,6 +4,7 @@ package testenv
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -15,7 +16,7 @@ import (
 
 // RepoRoot returns the root of the fleet-scheduler repository: the nearest
 // directory above the working directory that holds package/crossplane.yaml.
-func RepoRoot(t testing.TB) string {
+func RepoRoot(t *testing.T) string {
 	t.Helper()
 	dir, err := os.Getwd()
 	if err != nil {
@@ -37,7 +38,7 @@ func RepoRoot(t testing.TB) string {
 // bin/crossplane as ./hack/build-crossplane.sh builds it (at the version
 // tools/go.mod pins; quick when it is current). It skips the test, saying
 // why, only when the CLI cannot be built.
-func CrossplaneCLI(t testing.TB) string {
+func CrossplaneCLI(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("CROSSPLANE"); p != "" {
 		if _, err := os.Stat(p); err != nil {
@@ -50,7 +51,7 @@ func CrossplaneCLI(t testing.TB) string {
 	// Test packages run in parallel: one builds, the others wait.
 	unlock := lock(t, filepath.Join(root, "bin", ".crossplane.lock"))
 	defer unlock()
-	if out, err := Run(root, nil, "./hack/build-crossplane.sh"); err != nil {
+	if out, err := Run(t.Context(), root, nil, "./hack/build-crossplane.sh"); err != nil {
 		t.Skipf("SKIP: cannot build the crossplane CLI with ./hack/build-crossplane.sh, so the package cannot be built, pushed or validated: %v\n%s", err, tail([]byte(out)))
 	}
 	return filepath.Join(root, "bin", "crossplane")
@@ -58,10 +59,10 @@ func CrossplaneCLI(t testing.TB) string {
 
 // BuildFunction builds the function binary the way the image ships it: static
 // (CGO_ENABLED=0), for linux/goarch, into dir. It returns the binary's path.
-func BuildFunction(t testing.TB, goarch, dir string) string {
+func BuildFunction(t *testing.T, goarch, dir string) string {
 	t.Helper()
 	out := filepath.Join(dir, "function")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, ".")
+	cmd := exec.CommandContext(t.Context(), "go", "build", "-trimpath", "-o", out, ".")
 	cmd.Dir = RepoRoot(t)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -71,22 +72,21 @@ func BuildFunction(t testing.TB, goarch, dir string) string {
 }
 
 // Run runs name with args in dir and returns its combined output.
-func Run(dir string, env []string, name string, args ...string) (string, error) {
-	cmd := exec.Command(name, args...)
+func Run(ctx context.Context, dir string, env []string, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	var buf bytes.Buffer
 	cmd.Stdout = &buf
 	cmd.Stderr = &buf
 	err := cmd.Run()
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
+	if exit, ok := errors.AsType[*exec.ExitError](err); ok {
 		return buf.String(), fmt.Errorf("%s exited %d", name, exit.ExitCode())
 	}
 	return buf.String(), err
 }
 
-func lock(t testing.TB, path string) func() {
+func lock(t *testing.T, path string) func() {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatalf("cannot create %s: %v", filepath.Dir(path), err)

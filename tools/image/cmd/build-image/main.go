@@ -18,13 +18,6 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/tools/image"
 )
 
-// machines maps a GOARCH to the ELF machine its binaries must carry, so that
-// an amd64 binary never ends up in an arm64 image.
-var machines = map[string]elf.Machine{
-	"amd64": elf.EM_X86_64,
-	"arm64": elf.EM_AARCH64,
-}
-
 func main() {
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build-image:", err)
@@ -75,13 +68,16 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("cannot compute image digest: %w", err)
 	}
-	fmt.Printf("wrote %s (linux/%s, %s)\n", *output, *arch, d)
-	return nil
+	_, err = fmt.Fprintf(os.Stdout, "wrote %s (linux/%s, %s)\n", *output, *arch, d)
+	return err
 }
 
 // checkBinary refuses a binary for another architecture or one that needs a
 // dynamic loader: the image has no libc.
 func checkBinary(path, arch string) error {
+	// The ELF machine a GOARCH's binaries carry, so that an amd64 binary
+	// never ends up in an arm64 image.
+	machines := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
 	want, ok := machines[arch]
 	if !ok {
 		return fmt.Errorf("unsupported architecture %q (want amd64 or arm64)", arch)
