@@ -26,8 +26,8 @@ func (f ReplicaFinding) String() string {
 }
 
 type rawCondition struct {
-	Type               string          `json:"type"`
-	Status             string          `json:"status"`
+	Type               json.RawMessage `json:"type"`
+	Status             json.RawMessage `json:"status"`
 	LastTransitionTime json.RawMessage `json:"lastTransitionTime"`
 }
 
@@ -58,10 +58,15 @@ func scheduledSince(o *v1alpha1.ModelReplica) (*time.Time, string) {
 	}
 	for i, raw := range conds {
 		var c rawCondition
-		if err := json.Unmarshal(raw, &c); err != nil || c.Type != ConditionPodsScheduled {
+		var typ string
+		if json.Unmarshal(raw, &c) != nil || json.Unmarshal(c.Type, &typ) != nil || typ != ConditionPodsScheduled {
 			continue
 		}
-		if c.Status != "True" {
+		var status string
+		if err := json.Unmarshal(c.Status, &status); err != nil {
+			return nil, fmt.Sprintf("status.conditions[%d].status: not a string", i)
+		}
+		if status != "True" {
 			return nil, ""
 		}
 		field := fmt.Sprintf("status.conditions[%d].lastTransitionTime", i)
