@@ -75,6 +75,9 @@ func TestRender(t *testing.T) {
 		// endpoints are the replicas that get a ModelEndpoint.
 		endpoints  []id
 		conditions map[string]wantCondition
+		// warnings each hold substrings one warning result must contain,
+		// ignoring case.
+		warnings [][]string
 		// wholeNode says no pool has a usable observation, so that no pool
 		// may end with more claiming pods charged than it has nodes
 		// (CONTRACT 4.2), unless only retained replicas put them there.
@@ -250,6 +253,22 @@ func TestRender(t *testing.T) {
 				condReplicasReady:     {status: statusFalse, reasons: []string{reasonNoReplicasScheduled}},
 			},
 		},
+		"InvalidObservationFallsBackWithAWarning": {
+			reason: "9 free GPUs on nodes of 8 is invalid: the h100 pool is counted in whole " +
+				"nodes, two nodes for two of the three four-GPU replicas, and a warning names " +
+				"the cluster and the pool.",
+			fixture: "e2e/testdata/invalid-observation",
+			replicas: []wantReplica{
+				{id{solo, 0}, map[string][]string{"engine": {poolH100}}},
+				{id{solo, 1}, map[string][]string{"engine": {poolH100}}},
+			},
+			conditions: map[string]wantCondition{
+				condCapacityObserved:  {status: statusFalse, message: []string{solo, poolH100, "invalid"}},
+				condReplicasScheduled: {status: statusFalse, reasons: []string{reasonInsufficientCapacity, reasonScheduling}},
+			},
+			warnings:  [][]string{{solo, poolH100}},
+			wholeNode: true,
+		},
 		"PodsScheduledAfterObservationAreCharged": {
 			reason: "llama-70b's pods were scheduled after the observation, so the ledger charges " +
 				"its 4 GPUs against the histogram's 4 free: the four-GPU replica does not fit.",
@@ -287,6 +306,9 @@ func TestRender(t *testing.T) {
 			checkStatus(t, out.xr, int64(len(tc.replicas)), tc.ready)
 			for _, typ := range sortedKeys(tc.conditions) {
 				checkCondition(t, out.xr, typ, tc.conditions[typ])
+			}
+			for _, w := range tc.warnings {
+				checkWarning(t, out.results, w)
 			}
 			if tc.wholeNode {
 				checkWholeNodeCapacity(t, in, out)
@@ -528,6 +550,29 @@ func checkCondition(t *testing.T, xr *unstructured.Unstructured, typ string, w w
 			t.Errorf("XR condition %s: want a message mentioning %q, got %q", typ, s, msg)
 		}
 	}
+}
+
+// checkWarning checks that some warning result mentions every one of want.
+func checkWarning(t *testing.T, results []*unstructured.Unstructured, want []string) {
+	t.Helper()
+	var warnings []string
+	for _, r := range results {
+		if sev, _, _ := unstructured.NestedString(r.Object, "severity"); sev != "SEVERITY_WARNING" {
+			continue
+		}
+		msg, _, _ := unstructured.NestedString(r.Object, "message")
+		warnings = append(warnings, msg)
+		mentionsAll := true
+		for _, s := range want {
+			if !strings.Contains(strings.ToLower(msg), strings.ToLower(s)) {
+				mentionsAll = false
+			}
+		}
+		if mentionsAll {
+			return
+		}
+	}
+	t.Errorf("want a warning mentioning %q, got warnings %q", want, warnings)
 }
 
 // checkWholeNodeCapacity checks CONTRACT 4.4's "never overcommit" under
