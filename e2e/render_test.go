@@ -168,6 +168,21 @@ func TestRender(t *testing.T) {
 			},
 			wholeNode: true,
 		},
+		"TaintsAndTolerations": {
+			reason: "alpha's untolerated NoExecute taint evicts qwen3-8b's replica there and takes " +
+				"no new one; charlie's NoSchedule taint is not tolerated; bravo's is. Both " +
+				"replicas go to bravo, at indexes 0 and 1.",
+			fixture: "e2e/testdata/taints",
+			replicas: []wantReplica{
+				{id{"bravo", 0}, l4("engine")},
+				{id{"bravo", 1}, l4("engine")},
+			},
+			conditions: map[string]wantCondition{
+				condReplicasScheduled: {status: statusFalse, reasons: []string{reasonScheduling}},
+				condReplicasReady:     {status: statusFalse, reasons: []string{reasonModelStarting}},
+			},
+			wholeNode: true,
+		},
 		"ModelCacheNarrowsClusters": {
 			reason:  "The ModelCache stages only to us-east: both replicas go to east-1, though west-1 has more room.",
 			fixture: "e2e/testdata/cache",
