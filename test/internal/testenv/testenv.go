@@ -57,12 +57,13 @@ func CrossplaneCLI(t *testing.T) string {
 	return filepath.Join(root, "bin", "crossplane")
 }
 
-// BuildFunction builds the function binary the way the image ships it: static
-// (CGO_ENABLED=0), for linux/goarch, into dir. It returns the binary's path.
+// BuildFunction builds the function binary the way ./hack/build-xpkg.sh
+// builds it for the image: static (CGO_ENABLED=0), stripped, for
+// linux/goarch, into dir. It returns the binary's path.
 func BuildFunction(t *testing.T, goarch, dir string) string {
 	t.Helper()
 	out := filepath.Join(dir, "function")
-	cmd := exec.CommandContext(t.Context(), "go", "build", "-trimpath", "-o", out, ".")
+	cmd := exec.CommandContext(t.Context(), "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, ".")
 	cmd.Dir = RepoRoot(t)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
 	if b, err := cmd.CombinedOutput(); err != nil {
