@@ -2,6 +2,7 @@ package scheduling
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -564,5 +565,32 @@ func TestChargeAgainstObservation(t *testing.T) {
 				t.Errorf("\n%s\nledger: -want, +got:\n%s", tc.reason, diff)
 			}
 		})
+	}
+}
+
+// TestChargeHugeCountsStayCheap: a replica whose copies and worker.nodes
+// are far past the schema's bounds (64 and 63; nothing but the API server
+// enforces them, and crossplane render does not) must not make the pass
+// materialise every pod: CONTRACT 4.4 says huge counts never crash the
+// function. 2048 x 2048 pods is small enough to finish; 2^20 x 2^20, which
+// the code's maxCount clamp allows, exhausts memory.
+func TestChargeHugeCountsStayCheap(t *testing.T) {
+	const n = 1 << 11
+	e := fx.PinnedGang("main", "default", n, fx.Stamped(1))
+	e.Copies = fx.Ptr[int64](n)
+	s := snapshot(fx.Deployment("m").Obj(), []*v1alpha1.InferenceCluster{fx.Cluster("a").Obj()},
+		fx.Replica("other", "a", 0).Engines(e).Obj())
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	plan, err := Schedule(s)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Replicas) != 0 {
+		t.Errorf("placed %v on a pool the other replica already overfills", summary(plan))
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<20 {
+		t.Errorf("charging one replica of %d copies x %d workers allocated %d MiB; want it bounded (under 64 MiB), not proportional to copies x pods", n, n, alloc>>20)
 	}
 }
