@@ -44,6 +44,34 @@ func WriteTable(w io.Writer, rows []Row) error {
 	return err
 }
 
+// WriteShapeTable writes, for scenarios of several shapes, the replicas
+// placed and wanted by GPUs per replica: which shapes a run starved.
+func WriteShapeTable(w io.Writer, rows []Row) error {
+	var b strings.Builder
+	b.WriteString("| Scenario | Mode | Binder | 1-GPU placed / wanted | 2-GPU | 4-GPU | 8-GPU |\n")
+	b.WriteString("|---|---|---|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		placed, wanted := map[int64]int{}, map[int64]int{}
+		shapes := map[int64]bool{}
+		for name, n := range r.Scenario.FinalDemand() {
+			g := r.Scenario.Shapes[name].PerReplica()
+			shapes[g] = true
+			wanted[g] += int(n)
+			placed[g] += r.Result.PlacedBy[name]
+		}
+		if len(shapes) < 2 {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |", r.Scenario.Name, r.Mode.Name, r.Binder)
+		for _, g := range []int64{1, 2, 4, 8} {
+			fmt.Fprintf(&b, " %d / %d |", placed[g], wanted[g])
+		}
+		b.WriteString("\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
 // Colours of the modes in the chart, in Modes order.
 var modeColours = []string{"#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"}
 
@@ -75,7 +103,11 @@ func WriteChart(w io.Writer, rows []Row, tick time.Duration) error {
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
 	for i, m := range modes {
 		x := 10 + i*230
-		fmt.Fprintf(&b, `<line x1="%d" y1="16" x2="%d" y2="16" stroke="%s" stroke-width="2.5"/><text x="%d" y="20">%s</text>`+"\n", x, x+24, modeColours[i%len(modeColours)], x+30, html.EscapeString(m))
+		dash := ""
+		if i%2 == 0 && i > 0 {
+			dash = ` stroke-dasharray="7 4"`
+		}
+		fmt.Fprintf(&b, `<line x1="%d" y1="16" x2="%d" y2="16" stroke="%s" stroke-width="2.5"%s/><text x="%d" y="20">%s</text>`+"\n", x, x+24, modeColours[i%len(modeColours)], dash, x+30, html.EscapeString(m))
 	}
 	x := 10 + len(modes)*230
 	fmt.Fprintf(&b, `<line x1="%d" y1="16" x2="%d" y2="16" stroke="black" stroke-dasharray="4 3"/><text x="%d" y="20">physical limit</text>`+"\n", x, x+24, x+30)
@@ -118,7 +150,12 @@ func WriteChart(w io.Writer, rows []Row, tick time.Duration) error {
 			for _, p := range r.Result.Series {
 				pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(p.Round), py(p.GPUs)))
 			}
-			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", modeColours[mi%len(modeColours)], strings.Join(pts, " "))
+			// Every other mode is dashed, so lines that coincide both show.
+			dash := ""
+			if mi%2 == 0 && mi > 0 {
+				dash = ` stroke-dasharray="7 4"`
+			}
+			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>`+"\n", modeColours[mi%len(modeColours)], dash, strings.Join(pts, " "))
 		}
 	}
 	fmt.Fprintf(&b, `<text x="10" y="%d" fill="#555">GPUs held by bound pods, as a share of the fleet's GPUs, over simulated time (10s rounds).</text>`+"\n", height-6)

@@ -73,6 +73,8 @@ type Result struct {
 	// round in which a replica was created or deleted or a pod bound.
 	LastDemand, Settled int
 	Series              []Point
+	// PlacedBy counts each deployment's ModelReplicas at the end.
+	PlacedBy map[string]int
 }
 
 // RoundsToConverge counts the reconcile rounds from the last demand change
@@ -149,7 +151,9 @@ func Run(cfg Config) (*Result, error) {
 		res.Wanted += int(d.Spec.Replicas)
 	}
 	res.Placed = len(s.replicas)
+	res.PlacedBy = map[string]int{}
 	for _, r := range s.replicas {
+		res.PlacedBy[r.deployment]++
 		if r.bound() {
 			res.Running++
 		}

@@ -72,6 +72,10 @@ func run(out, binderName, extra, only string) error {
 	if err := sim.WriteTable(&table, rows); err != nil {
 		return err
 	}
+	table.WriteString("\nReplicas placed by shape, in the scenarios that mix shapes:\n\n")
+	if err := sim.WriteShapeTable(&table, rows); err != nil {
+		return err
+	}
 	fmt.Print(table.String())
 	fmt.Fprintf(os.Stderr, "fleetsim: %d runs in %s\n", len(rows), time.Since(start).Round(time.Millisecond))
 	if out == "" {
