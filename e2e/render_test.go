@@ -183,6 +183,39 @@ func TestRender(t *testing.T) {
 			},
 			wholeNode: true,
 		},
+		"EndpointsForReadyReplicas": {
+			reason: "All three replicas are retained. The two Ready ones get endpoints, at gke's " +
+				"gateway hostname (not its address) and at eks's address; gke's second, not " +
+				"Ready, gets none.",
+			fixture: "e2e/testdata/endpoints",
+			replicas: []wantReplica{
+				{id{"eks", 0}, l4("engine")},
+				{id{"gke", 0}, l4("engine")},
+				{id{"gke", 1}, l4("engine")},
+			},
+			ready:     2,
+			endpoints: []id{{"eks", 0}, {"gke", 0}},
+			conditions: map[string]wantCondition{
+				condReplicasScheduled: {status: statusTrue, reasons: []string{"ReplicasCreated"}},
+				condReplicasReady:     {status: statusFalse, reasons: []string{reasonModelStarting}},
+			},
+		},
+		"ScaleDownMostLoadedClusterFirst": {
+			reason: "Five replicas, three wanted: alpha and bravo tie at two, so the later name's " +
+				"highest index, bravo 1, goes first; then alpha, now the most loaded, loses index 1.",
+			fixture: "e2e/testdata/scale-down",
+			replicas: []wantReplica{
+				{id{"alpha", 0}, l4("engine")},
+				{id{"bravo", 0}, l4("engine")},
+				{id{"charlie", 0}, l4("engine")},
+			},
+			ready:     3,
+			endpoints: []id{{"alpha", 0}, {"bravo", 0}, {"charlie", 0}},
+			conditions: map[string]wantCondition{
+				condReplicasScheduled: {status: statusTrue, reasons: []string{"ReplicasCreated"}},
+				condReplicasReady:     {status: statusTrue, reasons: []string{"AllReplicasReady"}},
+			},
+		},
 		"ModelCacheNarrowsClusters": {
 			reason:  "The ModelCache stages only to us-east: both replicas go to east-1, though west-1 has more room.",
 			fixture: "e2e/testdata/cache",
