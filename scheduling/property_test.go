@@ -1348,3 +1348,44 @@ func distinctFit(nodes map[string]int64, gang [][]int64) bool {
 	}
 	return try(0)
 }
+
+// TestPropertyGangOnIdenticalNodes: a gang of k pods each claiming c, placed
+// by a whole pass on a pool of n identical nodes with f free, takes exactly
+// k distinct nodes when k <= n and c <= f, and nothing otherwise, even when
+// one node could hold several of its pods.
+func TestPropertyGangOnIdenticalNodes(t *testing.T) {
+	for n := int64(1); n <= 4; n++ {
+		for k := int64(2); k <= 5; k++ {
+			for _, f := range []int64{2, 4, 8} {
+				for _, c := range []int64{1, 2, 4} {
+					for _, b := range []Binding{MostFree, LeastFree} {
+						d := fx.Deployment("m").Engines(fx.Gang("main", k-1, fx.Request("gpu", c, `device.driver == "gpu.nvidia.com"`))).Obj()
+						pool := fx.Pool("p", n).Devices(fx.GPU("gpu", f, "80Gi")).Obj()
+						obs := &PoolObservation{ObservedAt: genAt, ObservedNodes: n, Buckets: []Bucket{{Nodes: n, Free: map[string]int64{"gpu": f}}}}
+						s := Snapshot{Deployment: d, Clusters: []Cluster{{Object: fx.Cluster("a").Pools(pool).Obj(), Observed: map[string]*PoolObservation{"p": obs}}}}
+						s.Options.Binding = b
+						plan, p, err := schedule(s)
+						if err != nil {
+							t.Fatal(err)
+						}
+						fits := k <= n && c <= f
+						want := map[string]int64{fmt.Sprint([]int64{f}): n}
+						if fits {
+							want = map[string]int64{fmt.Sprint([]int64{f - c}): k}
+							if n > k {
+								want[fmt.Sprint([]int64{f})] = n - k
+							}
+						}
+						name := fmt.Sprintf("gang of %d pods x %d gpu on %d nodes x %d free, %s", k, c, n, f, b)
+						if got := len(plan.Replicas) == 1; got != fits {
+							t.Errorf("%s: placed %t, want %t", name, got, fits)
+						}
+						if diff := gocmp.Diff(want, ledgerNodes(p.ledger["a"][0])); diff != "" {
+							t.Errorf("%s: ledger: -want, +got:\n%s", name, diff)
+						}
+					}
+				}
+			}
+		}
+	}
+}
