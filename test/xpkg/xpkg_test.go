@@ -32,7 +32,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/modelplaneai/fleet-scheduler/test/internal/testenv"
-	"github.com/modelplaneai/fleet-scheduler/tools/image"
 )
 
 // Crossplane marks the layer that holds the package YAML stream: the config
@@ -173,10 +172,11 @@ func checkPackageStream(t *testing.T, stream []byte, wantCRD map[string]any) {
 		switch gvk := fmt.Sprintf("%v, Kind=%v", obj["apiVersion"], obj["kind"]); gvk {
 		case "meta.pkg.crossplane.io/v1, Kind=Function":
 			metas++
-			want := map[string]any{"name": "fleet-scheduler", "crossplane": ">=v2.0.0-0"}
+			want := map[string]any{"name": "fleet-scheduler", "crossplane": ">=v2.0.0-0", "capabilities": []any{"composition"}}
 			got := map[string]any{
-				"name":       dig(obj, "metadata", "name"),
-				"crossplane": dig(obj, "spec", "crossplane", "version"),
+				"name":         dig(obj, "metadata", "name"),
+				"crossplane":   dig(obj, "spec", "crossplane", "version"),
+				"capabilities": dig(obj, "spec", "capabilities"),
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("Function meta: -want, +got:\n%s", diff)
@@ -219,7 +219,9 @@ func checkRuntime(t *testing.T, img v1.Image, layers []v1.Layer, arch string, wa
 			got.TLSEnv = true
 		}
 	}
-	want := runtimeConfig{OS: "linux", Arch: arch, User: image.User, WorkingDir: "/", Entrypoint: []string{image.BinaryPath}, Ports: []string{image.Port}}
+	// Literal values, not tools/image's constants: this is the contract with
+	// Crossplane's function runtime (the template's distroless nonroot image).
+	want := runtimeConfig{OS: "linux", Arch: arch, User: "65532:65532", WorkingDir: "/", Entrypoint: []string{"/function"}, Ports: []string{"9443/tcp"}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("runtime image config: -want, +got:\n%s", diff)
 	}
@@ -228,23 +230,24 @@ func checkRuntime(t *testing.T, img v1.Image, layers []v1.Layer, arch string, wa
 	for _, l := range layers {
 		maps.Copy(fs, untar(t, l))
 	}
-	bin, ok := fs[strings.TrimPrefix(image.BinaryPath, "/")]
+	entrypoint := "/function"
+	bin, ok := fs[strings.TrimPrefix(entrypoint, "/")]
 	if !ok {
-		t.Fatalf("the entrypoint %s is in no runtime layer (files: %v)", image.BinaryPath, keys(fs))
+		t.Fatalf("the entrypoint %s is in no runtime layer (files: %v)", entrypoint, keys(fs))
 	}
 	if sha256.Sum256(bin) != sha256.Sum256(wantBin) {
-		t.Errorf("%s in the image is not the binary ./hack/build-xpkg.sh built for %s", image.BinaryPath, arch)
+		t.Errorf("%s in the image is not the binary ./hack/build-xpkg.sh built for %s", entrypoint, arch)
 	}
 	f, err := elf.NewFile(bytes.NewReader(bin))
 	if err != nil {
-		t.Fatalf("%s is not an ELF binary: %v", image.BinaryPath, err)
+		t.Fatalf("%s is not an ELF binary: %v", entrypoint, err)
 	}
 	if f.Machine != elfMachines[arch] {
-		t.Errorf("%s is built for %s, want %s", image.BinaryPath, f.Machine, elfMachines[arch])
+		t.Errorf("%s is built for %s, want %s", entrypoint, f.Machine, elfMachines[arch])
 	}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
-			t.Errorf("%s is dynamically linked; the image has no libc", image.BinaryPath)
+			t.Errorf("%s is dynamically linked; the image has no libc", entrypoint)
 		}
 	}
 	if !strings.Contains(string(fs["etc/passwd"]), "nonroot:x:65532:65532:") {
