@@ -668,3 +668,47 @@ func checkWholeNodeCapacity(t *testing.T, in inputs, out rendered) {
 		}
 	}
 }
+
+// TestRenderInvalidNodeSelector checks CONTRACT 4.1's malformed CEL rule: a
+// deployment whose nodeSelector no longer compiles places nothing new and
+// moves nothing; the replica that exists stays desired exactly as observed.
+func TestRenderInvalidNodeSelector(t *testing.T) {
+	t.Parallel()
+	if skip != "" {
+		t.Skip(skip)
+	}
+	const dir = "e2e/testdata/invalid-cel"
+	in := readInputs(t, dir)
+	out := render(t, dir)
+	t.Logf("%s", out.raw)
+
+	var replicas []string
+	for key, u := range out.composed {
+		if u.GetKind() == "ModelReplica" {
+			replicas = append(replicas, key)
+		}
+	}
+	slices.Sort(replicas)
+	if want := []string{"replica-bravo-1"}; !slices.Equal(replicas, want) {
+		t.Fatalf("composed ModelReplicas: want %v, got %v", want, replicas)
+	}
+	var observed *unstructured.Unstructured
+	for _, r := range in.replicas {
+		if in.ours(r) {
+			observed = r
+		}
+	}
+	got := out.composed["replica-bravo-1"]
+	if got.GetName() != observed.GetName() || got.GetNamespace() != observed.GetNamespace() {
+		t.Errorf("replica-bravo-1: want %s/%s, got %s/%s", observed.GetNamespace(), observed.GetName(), got.GetNamespace(), got.GetName())
+	}
+	if !reflect.DeepEqual(observed.Object["spec"], got.Object["spec"]) {
+		t.Errorf("replica-bravo-1: want its observed spec\n%v\ngot\n%v", observed.Object["spec"], got.Object["spec"])
+	}
+	checkLabels(t, "replica-bravo-1", observed.GetLabels(), got.GetLabels())
+	checkCondition(t, out.xr, condReplicasScheduled, wantCondition{
+		status:  statusFalse,
+		reasons: []string{"InvalidNodeSelector"},
+		message: []string{"engine", "gpu"},
+	})
+}
