@@ -3,7 +3,8 @@
 #
 #   ./hack/render.sh                     # example/: the fleet, counted in whole nodes
 #   ./hack/render.sh example/observed    # the same fleet, with cluster-agent reports
-#   ./hack/render.sh e2e/testdata/retain -r   # extra flags go to crossplane render
+#   ./hack/render.sh e2e/testdata/retain -r   # flags go to crossplane render
+#   ./hack/render.sh -r                  # example/, with the function's results
 #
 # It builds bin/function and, the first time, bin/crossplane (a few minutes;
 # see hack/build-crossplane.sh), starts the function with --insecure on a free
@@ -28,9 +29,12 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # The fixture directory, relative to the current directory, else to the
-# repository's root.
-fixture="${1:-${root}/example}"
-if [[ $# -gt 0 ]]; then shift; fi
+# repository's root; example/ when the first argument is a flag, or absent.
+fixture="${root}/example"
+if [[ $# -gt 0 && "$1" != -* ]]; then
+  fixture="$1"
+  shift
+fi
 if [[ ! -d "${fixture}" && -d "${root}/${fixture}" ]]; then
   fixture="${root}/${fixture}"
 fi
