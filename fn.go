@@ -351,12 +351,9 @@ func writeComposed(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, 
 		}
 		rsp.Desired.Resources[endpointKey(p)] = e
 	}
-	status := map[string]any{"replicas": map[string]any{"total": len(plan.Replicas), "ready": ready}}
-	s, err := structpb.NewValue(status)
-	if err != nil {
-		return fmt.Errorf("cannot write the ModelDeployment status: %w", err)
+	if err := writeStatus(rsp, len(plan.Replicas), ready); err != nil {
+		return err
 	}
-	rsp.Desired.Composite.Resource.Fields["status"] = s
 	if len(plan.Replicas) == 0 {
 		// An XR with nothing composed would otherwise read as ready.
 		rsp.Desired.Composite.Ready = fnv1.Ready_READY_FALSE
@@ -401,12 +398,34 @@ func keepObserved(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, i
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	total, ready := 0, 0
 	for _, k := range keys {
 		if !strings.HasPrefix(k, "replica-") && !strings.HasPrefix(k, "endpoint-") {
 			continue
 		}
-		rsp.Desired.Resources[k] = &fnv1.Resource{Resource: desiredFromObserved(req.GetObserved().GetResources()[k].GetResource())}
+		observed := req.GetObserved().GetResources()[k]
+		desired := &fnv1.Resource{Resource: desiredFromObserved(observed.GetResource())}
+		if isReady(observed) {
+			desired.Ready = fnv1.Ready_READY_TRUE
+		}
+		rsp.Desired.Resources[k] = desired
+		if strings.HasPrefix(k, "replica-") {
+			total++
+			if isReady(observed) {
+				ready++
+			}
+		}
 	}
+	return writeStatus(rsp, total, ready)
+}
+
+// writeStatus writes the XR's status.replicas.
+func writeStatus(rsp *fnv1.RunFunctionResponse, total, ready int) error {
+	s, err := structpb.NewValue(map[string]any{"replicas": map[string]any{"total": total, "ready": ready}})
+	if err != nil {
+		return fmt.Errorf("cannot write the ModelDeployment status: %w", err)
+	}
+	rsp.Desired.Composite.Resource.Fields["status"] = s
 	return nil
 }
 

@@ -514,6 +514,10 @@ func TestRunFunctionInvalidSelectorKeepsReplicas(t *testing.T) {
 	if diff := cmp.Diff(want, rsp.GetDesired().GetResources()["replica-a-0"].GetResource(), protocmp.Transform()); diff != "" {
 		t.Errorf("the observed replica stays desired as it was, status aside: -want, +got:\n%s", diff)
 	}
+	wantStatus, _ := structpb.NewValue(map[string]any{"replicas": map[string]any{"total": 1.0, "ready": 0.0}})
+	if diff := cmp.Diff(wantStatus, rsp.GetDesired().GetComposite().GetResource().GetFields()["status"], protocmp.Transform()); diff != "" {
+		t.Errorf("XR status counts the replicas kept: -want, +got:\n%s", diff)
+	}
 	c := rsp.GetConditions()[0]
 	wantPrefix := "Invalid nodeSelector CEL expression: engine main member 0 (Standalone) request gpu: selector #0: compilation failed: ERROR: <input>:1:17: Syntax error"
 	if c.GetReason() != reasonInvalidNodeSelector || c.GetStatus() != falseS || !strings.HasPrefix(c.GetMessage(), wantPrefix) {
