@@ -1389,3 +1389,75 @@ func TestPropertyGangOnIdenticalNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestPropertyPlanIsAFixedPoint: once a plan's replicas exist, the next
+// reconcile over the same fleet keeps every one of them exactly where it
+// is, and when the first plan placed every wanted replica, the next plan is
+// the same plan with nothing new.
+func TestPropertyPlanIsAFixedPoint(t *testing.T) {
+	for seed := range uint64(propertySeeds / 2) {
+		rng := seeded(seed)
+		f := genFleet(rng, genOptions{observe: seed%2 == 0})
+		binding := pick(rng, MostFree, LeastFree)
+		s := f.snapshot()
+		s.Options.Binding = binding
+		first, err := Schedule(s)
+		if err != nil {
+			t.Fatalf("seed %d: Schedule: %v", seed, err)
+		}
+
+		// The fleet once Crossplane has applied the plan: other deployments'
+		// replicas as they were, this deployment's exactly as planned.
+		g := f
+		g.replicas = nil
+		for _, r := range f.replicas {
+			if !f.ours(r) {
+				g.replicas = append(g.replicas, r)
+			}
+		}
+		for _, p := range first.Replicas {
+			g.replicas = append(g.replicas, replicaOf(f, p))
+		}
+		s = g.snapshot()
+		s.Options.Binding = binding
+		second, err := Schedule(s)
+		if err != nil {
+			t.Fatalf("seed %d: Schedule (second): %v", seed, err)
+		}
+
+		want := fromPlan(first)
+		for i := range want {
+			want[i].New = false
+		}
+		got := fromPlan(second)
+		if first.Shortfall != nil {
+			// More may fit now; what was placed must stay.
+			got = slices.DeleteFunc(got, func(p oPlacement) bool { return p.New })
+		}
+		if diff := gocmp.Diff(want, got); diff != "" {
+			t.Errorf("seed %d (%s): the second reconcile moved the first's replicas: -first, +second:\n%s", seed, binding, diff)
+		}
+	}
+}
+
+// replicaOf is the ModelReplica a placement composes, as it is observed on
+// the next reconcile: not yet scheduled.
+func replicaOf(f gFleet, p Placement) gReplica {
+	r := gReplica{deployment: f.d.name, namespace: f.d.namespace, cluster: p.Cluster, index: p.Index,
+		name: fmt.Sprintf("%s-%s-%d-planned", f.d.name, p.Cluster, p.Index)}
+	for ei, e := range p.Engines {
+		de := f.d.engines[ei]
+		re := gRepEngine{name: e.Name, copies: de.copies}
+		for mi, m := range e.Members {
+			dm := de.members[mi]
+			rm := gRepMember{role: m.Role, workers: dm.workers, pool: m.Pool}
+			for _, dr := range m.DeviceRequests {
+				ri := slices.IndexFunc(dm.reqs, func(q gRequest) bool { return q.kind.name == dr.Name })
+				rm.stamped = append(rm.stamped, gStamp{req: dm.reqs[ri], class: dr.DeviceClassName})
+			}
+			re.members = append(re.members, rm)
+		}
+		r.engines = append(r.engines, re)
+	}
+	return r
+}
