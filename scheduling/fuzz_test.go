@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	gocmp "github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // FuzzSchedule decodes a small fleet and deployment from the fuzz bytes (the
@@ -76,8 +77,12 @@ func FuzzSchedule(f *testing.F) {
 			t.Errorf("%d replicas for %d wanted", len(plan.Replicas), plan.Wanted)
 		}
 		if !o.observe {
-			if diff := gocmp.Diff(oracleWholeNode(fleet), fromPlan(plan)); diff != "" && !o.huge {
+			want, short := oracleWholeNode(fleet)
+			if diff := gocmp.Diff(want, fromPlan(plan)); diff != "" && !o.huge {
 				t.Errorf("against the whole-node oracle: -want, +got:\n%s", diff)
+			}
+			if diff := gocmp.Diff(short, plan.Shortfall, cmpopts.EquateEmpty()); diff != "" && !o.huge {
+				t.Errorf("shortfall against the whole-node oracle: -want, +got:\n%s", diff)
 			}
 		}
 

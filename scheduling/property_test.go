@@ -12,6 +12,7 @@ import (
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
@@ -719,13 +720,14 @@ func oracleScaleDown(kept []oPlacement, wanted int) []oPlacement {
 // claiming member charged to it; an engine costs pods x copies of its
 // claiming members and goes to the first pool, in published order, that
 // matches and has that many free; each new replica goes to the eligible
-// cluster with the fewest of the deployment's replicas, then by name.
-func oracleWholeNode(f gFleet) []oPlacement {
+// cluster with the fewest of the deployment's replicas, then by name. When
+// no cluster can host another, it says why for each, as CONTRACT 3 asks.
+func oracleWholeNode(f gFleet) ([]oPlacement, *Shortfall) {
 	wanted := int(max(f.d.replicas, 0))
 	kept := oracleScaleDown(oracleRetain(f), wanted)
 	out := slices.Clone(kept)
 	if len(kept) >= wanted {
-		return sortPlacements(out)
+		return sortPlacements(out), nil
 	}
 	type key struct{ cluster, pool string }
 	free := map[key]int64{}
@@ -762,7 +764,7 @@ func oracleWholeNode(f gFleet) []oPlacement {
 		}
 	}
 	// place tries every engine on a trial copy of the cluster's free nodes.
-	place := func(c *gCluster) ([]oEngine, map[string]int64) {
+	place := func(c *gCluster) ([]oEngine, map[string]int64, *Reason) {
 		trial := map[string]int64{}
 		for _, p := range c.pools {
 			trial[p.name] = free[key{c.name, p.name}]
@@ -780,9 +782,10 @@ func oracleWholeNode(f gFleet) []oPlacement {
 				anyClaimable = anyClaimable || claimable[mi]
 			}
 			if !anyClaimable {
-				return nil, nil
+				return nil, nil, &Reason{Kind: ReasonNoPoolMatches, Engine: e.name}
 			}
 			var placed *oEngine
+			var short []PoolShortage
 			for _, p := range c.pools {
 				oe := oEngine{Name: e.name}
 				cost := int64(0)
@@ -798,19 +801,30 @@ func oracleWholeNode(f gFleet) []oPlacement {
 					}
 					oe.Members = append(oe.Members, oMember{Role: m.role, Pool: p.name, DeviceRequests: deviceRequests(stamps)})
 				}
-				if !fits || trial[p.name] < cost {
+				if !fits {
+					continue
+				}
+				if trial[p.name] < 0 {
+					short = append(short, PoolShortage{Pool: p.name, WholeNode: true, Saturated: true})
+					continue
+				}
+				if trial[p.name] < cost {
+					short = append(short, PoolShortage{Pool: p.name, WholeNode: true, Pods: cost, Have: trial[p.name]})
 					continue
 				}
 				trial[p.name] -= cost
 				placed = &oe
 				break
 			}
+			if placed == nil && short == nil {
+				return nil, nil, &Reason{Kind: ReasonNoPoolMatches, Engine: e.name}
+			}
 			if placed == nil {
-				return nil, nil
+				return nil, nil, &Reason{Kind: ReasonCapacity, Engine: e.name, Pools: short}
 			}
 			engines = append(engines, *placed)
 		}
-		return engines, trial
+		return engines, trial, nil
 	}
 	names := make([]string, 0, len(f.clusters))
 	for _, c := range f.clusters {
@@ -821,13 +835,23 @@ func oracleWholeNode(f gFleet) []oPlacement {
 		var best *gCluster
 		var bestEngines []oEngine
 		var bestTrial map[string]int64
+		verdicts := []ClusterVerdict{}
 		for _, n := range names {
 			c := f.cluster(n)
-			if !c.ready || !c.gateway || untolerated(c, f.d.tolerations, v1alpha1.TaintNoSchedule, v1alpha1.TaintNoExecute) {
+			switch {
+			case !c.ready:
+				verdicts = append(verdicts, ClusterVerdict{Cluster: n, Reason: Reason{Kind: ReasonNotReady}})
+				continue
+			case !c.gateway:
+				verdicts = append(verdicts, ClusterVerdict{Cluster: n, Reason: Reason{Kind: ReasonNoGateway}})
+				continue
+			case untolerated(c, f.d.tolerations, v1alpha1.TaintNoSchedule, v1alpha1.TaintNoExecute):
+				verdicts = append(verdicts, ClusterVerdict{Cluster: n, Reason: Reason{Kind: ReasonUntoleratedTaint, Taint: c.taints[0]}})
 				continue
 			}
-			engines, trial := place(c)
-			if engines == nil {
+			engines, trial, why := place(c)
+			if why != nil {
+				verdicts = append(verdicts, ClusterVerdict{Cluster: n, Reason: *why})
 				continue
 			}
 			if best == nil || load[c.name] < load[best.name] {
@@ -835,7 +859,7 @@ func oracleWholeNode(f gFleet) []oPlacement {
 			}
 		}
 		if best == nil {
-			break
+			return sortPlacements(out), &Shortfall{Clusters: verdicts}
 		}
 		for p, n := range bestTrial {
 			free[key{best.name, p}] = n
@@ -851,7 +875,7 @@ func oracleWholeNode(f gFleet) []oPlacement {
 		load[best.name]++
 		out = append(out, oPlacement{Cluster: best.name, Index: index, New: true, Engines: bestEngines})
 	}
-	return sortPlacements(out)
+	return sortPlacements(out), nil
 }
 
 // Properties (CONTRACT 4.4). Every fleet comes from a fixed seed, so a
@@ -872,8 +896,12 @@ func TestPropertyWholeNodeEqualsModelplane(t *testing.T) {
 			t.Fatalf("seed %d: Schedule: %v", seed, err)
 		}
 		got := fromPlan(plan)
-		if diff := gocmp.Diff(oracleWholeNode(f), got); diff != "" {
+		want, short := oracleWholeNode(f)
+		if diff := gocmp.Diff(want, got); diff != "" {
 			t.Errorf("seed %d: Schedule(...) against the whole-node oracle: -want, +got:\n%s", seed, diff)
+		}
+		if diff := gocmp.Diff(short, plan.Shortfall, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("seed %d: Schedule(...) shortfall against the whole-node oracle: -want, +got:\n%s", seed, diff)
 		}
 		if slices.ContainsFunc(got, func(p oPlacement) bool { return p.New }) {
 			placedSome++
