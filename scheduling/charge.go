@@ -81,7 +81,7 @@ func (s *pass) chargeEngineOnPool(cl *cluster, p *pool, e v1alpha1.ReplicaEngine
 		}
 		groups = append(groups, g)
 	}
-	if _, short := reserveEngine(l, p, gangsOf(countOr(e.Copies, 1), gang, groups), s.binding); short != nil {
+	if _, short := reserveEngine(l, p, demand{copies: countOr(e.Copies, 1), gang: gang, members: groups}, s.binding); short != nil {
 		l.saturated = true
 	}
 }

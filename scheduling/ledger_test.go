@@ -298,7 +298,7 @@ func TestReserveEngineThenUndo(t *testing.T) {
 					if l.whole {
 						gangs = wholeNodeClaims(e)
 					}
-					moves, short := reserveEngine(l, pl, gangs, b)
+					moves, short := reserveGangs(l, pl, gangs, b)
 					if short != nil {
 						if moves != nil {
 							t.Fatalf("reserveEngine(%v): moves %v with a shortage", e, moves)

@@ -11,27 +11,68 @@ type podGroup struct {
 	claim []int64
 }
 
-// gangsOf lays out the claiming pods of an engine's copies: one gang per copy
-// when the engine is a Leader with Workers, whose pods take distinct nodes;
-// otherwise one gang per pod, free to share a node with any other.
-// Claimless members cost nothing and are left out.
-func gangsOf(copies int64, gang bool, members []podGroup) [][][]int64 {
+// demand is the claiming pods of an engine's copies on one pool.
+type demand struct {
+	copies  int64
+	gang    bool
+	members []podGroup
+}
+
+// maxEnginePods bounds the claiming pods of one engine on one pool. The XRD
+// allows at most 64 copies of 64 pods; more is a malformed replica, and it
+// does not fit rather than being laid out pod by pod.
+const maxEnginePods = 1 << 16
+
+// pods counts the claiming pods, capped just past maxEnginePods.
+func (d demand) pods() int64 {
+	var per int64
+	for _, m := range d.members {
+		if m.claim != nil {
+			per = min(per+m.pods, maxEnginePods+1)
+		}
+	}
+	return min(per*d.copies, maxEnginePods+1)
+}
+
+// smallest is the least any one claiming pod claims, device by device: no
+// pod fits where that does not.
+func (d demand) smallest() []int64 {
+	var low []int64
+	for _, m := range d.members {
+		if m.claim == nil {
+			continue
+		}
+		if low == nil {
+			low = slices.Clone(m.claim)
+		}
+		for k := range low {
+			low[k] = min(low[k], m.claim[k])
+		}
+	}
+	return low
+}
+
+// gangs lays out the claiming pods: one gang per copy when the engine is a
+// Leader with Workers, whose pods take distinct nodes; otherwise one gang per
+// pod, free to share a node with any other. Claimless members cost nothing
+// and are left out.
+func (d demand) gangs() [][][]int64 {
 	var gangs [][][]int64
-	for range copies {
+	for range d.copies {
 		var g [][]int64
-		for _, m := range members {
+		for _, m := range d.members {
 			if m.claim == nil {
 				continue
 			}
 			for range m.pods {
-				if gang {
+				if d.gang {
 					g = append(g, m.claim)
 				} else {
 					gangs = append(gangs, [][]int64{m.claim})
 				}
 			}
 		}
-		if gang && len(g) > 0 {
+		if d.gang && len(g) > 0 {
 			// Biggest claims first, so a gang's large pods are not crowded
 			// out of the nodes that can take them by its small ones.
 			slices.SortStableFunc(g, func(a, b []int64) int { return cmpInt(sum(b), sum(a)) })
@@ -51,10 +92,25 @@ func sum(c []int64) int64 {
 
 // reserveEngine reserves every gang of an engine on a pool. It returns the
 // undo log, or a shortage and no change.
-func reserveEngine(l *poolLedger, p *pool, gangs [][][]int64, b Binding) ([]move, *PoolShortage) {
+func reserveEngine(l *poolLedger, p *pool, d demand, b Binding) ([]move, *PoolShortage) {
 	if l.saturated {
 		return nil, &PoolShortage{Pool: p.name, WholeNode: l.whole, Saturated: true}
 	}
+	pods := d.pods()
+	if pods == 0 {
+		return nil, nil
+	}
+	// More pods than the pool could hold even at the smallest claim: a
+	// shortage, found without laying the pods out one by one.
+	if low := d.smallest(); pods > maxEnginePods || pods > l.room(low) {
+		return nil, &PoolShortage{Pool: p.name, WholeNode: l.whole, Pods: pods, Claim: deviceCounts(p, low, l.whole), Have: l.room(low)}
+	}
+	return reserveGangs(l, p, d.gangs(), b)
+}
+
+// reserveGangs reserves gangs of pods on a pool, each gang on distinct nodes.
+// It returns the undo log, or a shortage and no change.
+func reserveGangs(l *poolLedger, p *pool, gangs [][][]int64, b Binding) ([]move, *PoolShortage) {
 	var moves []move
 	for gi, g := range gangs {
 		m, ok := l.reserveGang(g, b)
@@ -90,19 +146,23 @@ func shortage(l *poolLedger, p *pool, gangs [][][]int64, gi int) *PoolShortage {
 				widest[k] = max(widest[k], c[k])
 			}
 		}
-		s.Gang, s.Pods, s.Claim, s.Have = true, int64(len(g)), deviceCounts(p, widest), l.nodesWith(widest)
+		s.Gang, s.Pods, s.Claim, s.Have = true, int64(len(g)), deviceCounts(p, widest, false), l.nodesWith(widest)
 	default:
 		for _, other := range gangs {
 			if slices.Equal(other[0], g[0]) {
 				s.Pods++
 			}
 		}
-		s.Claim = deviceCounts(p, g[0])
+		s.Claim = deviceCounts(p, g[0], false)
 	}
 	return s
 }
 
-func deviceCounts(p *pool, c []int64) []DeviceCount {
+// deviceCounts names a claim's devices; whole-node claims name none.
+func deviceCounts(p *pool, c []int64, whole bool) []DeviceCount {
+	if whole {
+		return nil
+	}
 	var out []DeviceCount
 	for k, n := range c {
 		if n > 0 {
@@ -192,7 +252,7 @@ func (s *pass) reserveEngineOn(cl *cluster, ei int, res *reservation) (*EnginePl
 		for mi, mm := range matches {
 			groups[mi] = podGroup{pods: e.members[mi].pods, claim: claimOf(l, mm)}
 		}
-		moves, short := reserveEngine(l, p, gangsOf(e.copies, e.gang, groups), s.binding)
+		moves, short := reserveEngine(l, p, demand{copies: e.copies, gang: e.gang, members: groups}, s.binding)
 		if short != nil {
 			shortages = append(shortages, *short)
 			continue
