@@ -80,6 +80,32 @@ func FuzzPool(f *testing.F) {
 			t.Fatalf("empty Reason for %+v", rep)
 		}
 
+		// Whatever the verdict, the scheduler takes the pool without a
+		// panic or an error, and places no more than it was asked to.
+		c := &v1alpha1.InferenceCluster{Metadata: v1alpha1.ObjectMeta{Name: "a"}, Status: v1alpha1.InferenceClusterStatus{
+			Conditions: []v1alpha1.Condition{{Type: "Ready", Status: "True"}},
+			Gateway:    &v1alpha1.Gateway{Address: "gw"},
+			GPUPools:   []v1alpha1.GPUPool{*p},
+		}}
+		sc := scheduling.Cluster{Object: c, Observed: map[string]*scheduling.PoolObservation{}}
+		if obs != nil {
+			sc.Observed[p.Name] = obs
+		}
+		one := int64(1)
+		d := &v1alpha1.ModelDeployment{Metadata: v1alpha1.ObjectMeta{Name: "m", Namespace: "ns"}, Spec: v1alpha1.ModelDeploymentSpec{
+			Replicas: 10,
+			Template: v1alpha1.ReplicaTemplate{Spec: v1alpha1.DeploymentTemplateSpec{Engines: []v1alpha1.Engine{{
+				Name: "main", Copies: &one, Members: []v1alpha1.Member{{NodeSelector: &v1alpha1.NodeSelector{Devices: []v1alpha1.DeviceSelector{{Name: "gpu", Count: &one}}}}},
+			}}}},
+		}}
+		plan, err := scheduling.Schedule(scheduling.Snapshot{Deployment: d, Clusters: []scheduling.Cluster{sc}})
+		if err != nil {
+			t.Fatalf("Schedule: %v", err)
+		}
+		if len(plan.Replicas) > 10 {
+			t.Fatalf("placed %d replicas of 10", len(plan.Replicas))
+		}
+
 		want, checkable := judge(p, now, maxAge)
 		if !checkable {
 			// The bytes use a JSON feature this reading does not model (a
