@@ -24,6 +24,7 @@ type CLI struct {
 	TLSCertsDir        string `env:"TLS_SERVER_CERTS_DIR"                                                                           help:"Directory containing server certs (tls.key, tls.crt) and the CA used to verify client certificates (ca.crt)." name:"tls-server-certs-dir"`
 	Insecure           bool   `help:"Run without mTLS credentials. If you supply this flag --tls-server-certs-dir will be ignored."`
 	MaxRecvMessageSize int    `default:"${max_recv_message_size}"                                                                   help:"Maximum size of received messages in MB; the default holds a request carrying 10,000 ModelReplicas."`
+	MetricsAddress     string `default:":8080"                                                                                      help:"Address at which to serve Prometheus metrics; empty serves none."`
 }
 
 // Run this function.
@@ -37,7 +38,8 @@ func (c *CLI) Run() error {
 		function.Listen(c.Network, c.Address),
 		function.MTLSCertificates(c.TLSCertsDir),
 		function.Insecure(c.Insecure),
-		function.MaxRecvMessageSize(c.MaxRecvMessageSize*1024*1024))
+		function.MaxRecvMessageSize(c.MaxRecvMessageSize*1024*1024),
+		function.WithMetricsServer(c.MetricsAddress))
 }
 
 func main() {

@@ -133,7 +133,7 @@ func startFunction(fn string) (stop func(), err error) {
 			return nil, err
 		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		cmd := exec.CommandContext(context.Background(), fn, "--insecure", "--debug", "--address="+addr)
+		cmd := exec.CommandContext(context.Background(), fn, "--insecure", "--debug", "--address="+addr, "--metrics-address=")
 		cmd.Stdout = functionLog
 		cmd.Stderr = functionLog
 		if err := cmd.Start(); err != nil {

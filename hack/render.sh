@@ -77,7 +77,7 @@ if [[ -z "${port}" ]]; then
   exit 1
 fi
 
-bin/function --insecure --debug --address="127.0.0.1:${port}" 2>"${work}/function.log" >&2 &
+bin/function --insecure --debug --address="127.0.0.1:${port}" --metrics-address= 2>"${work}/function.log" >&2 &
 fn_pid=$!
 
 for _ in $(seq 1 300); do
