@@ -322,7 +322,9 @@ func genEngine(c chooser, name string) gEngine {
 		e.members = []gMember{genMember(c, v1alpha1.RoleStandalone, false)}
 	case 2:
 		e.members = []gMember{genMember(c, v1alpha1.RoleLeader, false), genMember(c, v1alpha1.RoleWorker, false)}
-		e.members[1].reqs = e.members[0].reqs
+		if c.IntN(2) == 0 {
+			e.members[1].reqs = e.members[0].reqs
+		}
 	case 3:
 		e.members = []gMember{genMember(c, v1alpha1.RoleLeader, true), genMember(c, v1alpha1.RoleWorker, false)}
 	case 4:
@@ -977,7 +979,7 @@ func TestPropertyRetainedNeverMove(t *testing.T) {
 		}
 		check("capacity, readiness and other replicas changed", g)
 	}
-	if retainedSome < propertySeeds/4 {
+	if retainedSome < propertySeeds/6 {
 		t.Errorf("only %d of %d fleets retained a replica; the generator is too loose", retainedSome, propertySeeds)
 	}
 }
@@ -1493,4 +1495,332 @@ func replicaOf(f gFleet, p Placement) gReplica {
 		r.engines = append(r.engines, re)
 	}
 	return r
+}
+
+// oracleNodes is an independent, node-by-node reading of CONTRACT 4.2-4.3:
+// each pool is a list of nodes, each node a list of free counts (one per
+// pool device; a single 1/0 under whole-node accounting).
+type oracleNodes struct {
+	f       gFleet
+	binding Binding
+	nodes   map[string][][]int64 // cluster/pool -> nodes
+	full    map[string]bool      // pools whose charged pods did not fit
+}
+
+func poolKey(cluster, pool string) string { return cluster + "/" + pool }
+
+func newOracleNodes(f gFleet, b Binding) *oracleNodes {
+	o := &oracleNodes{f: f, binding: b, nodes: map[string][][]int64{}, full: map[string]bool{}}
+	for _, c := range f.clusters {
+		for _, p := range c.pools {
+			var nodes [][]int64
+			if p.obs == nil {
+				for range max(p.nodes, 0) {
+					nodes = append(nodes, []int64{1})
+				}
+			} else {
+				for _, bk := range p.obs.Buckets {
+					for range bk.Nodes {
+						free := make([]int64, len(p.devices))
+						for k, d := range p.devices {
+							if d.kind.dra {
+								free[k] = bk.Free[d.kind.name]
+							}
+						}
+						nodes = append(nodes, free)
+					}
+				}
+				for range max(p.nodes-p.obs.ObservedNodes, 0) {
+					free := make([]int64, len(p.devices))
+					for k, d := range p.devices {
+						if d.kind.dra {
+							free[k] = d.count
+						}
+					}
+					nodes = append(nodes, free)
+				}
+			}
+			o.nodes[poolKey(c.name, p.name)] = nodes
+		}
+	}
+	return o
+}
+
+func (o *oracleNodes) clone() *oracleNodes {
+	c := &oracleNodes{f: o.f, binding: o.binding, nodes: map[string][][]int64{}, full: o.full}
+	for k, ns := range o.nodes {
+		cp := make([][]int64, len(ns))
+		for i, n := range ns {
+			cp[i] = slices.Clone(n)
+		}
+		c.nodes[k] = cp
+	}
+	return c
+}
+
+// better reports whether node a is a better guess than node b for a pod
+// claiming c: compare the claimed kinds in device order, then all kinds.
+func (o *oracleNodes) better(a, b, c []int64) bool {
+	cmpAt := func(k int) int { return cmp.Compare(a[k], b[k]) }
+	r := 0
+	for k := range c {
+		if c[k] > 0 && r == 0 {
+			r = cmpAt(k)
+		}
+	}
+	for k := range a {
+		if r == 0 {
+			r = cmpAt(k)
+		}
+	}
+	if o.binding == LeastFree {
+		return r < 0
+	}
+	return r > 0
+}
+
+// reserve puts a gang of pods, each claiming a vector, on distinct nodes,
+// or changes nothing and reports false.
+func (o *oracleNodes) reserve(key string, gang [][]int64) bool {
+	nodes := o.nodes[key]
+	taken := make([]bool, len(nodes))
+	chosen := make([]int, len(gang))
+	for i, c := range gang {
+		best := -1
+		for j, n := range nodes {
+			fits := !taken[j]
+			for k := range c {
+				fits = fits && n[k] >= c[k]
+			}
+			if fits && (best < 0 || o.better(n, nodes[best], c)) {
+				best = j
+			}
+		}
+		if best < 0 {
+			return false
+		}
+		taken[best], chosen[i] = true, best
+	}
+	for i, c := range gang {
+		for k := range c {
+			nodes[chosen[i]][k] -= c[k]
+		}
+	}
+	return true
+}
+
+// engineGangs lays an engine's claiming pods out: every pod its own gang,
+// or, when any member is not Standalone, one gang per copy with its biggest
+// claims first.
+func engineGangs(copies int64, gang bool, members []struct {
+	pods  int64
+	claim []int64
+}) [][][]int64 {
+	var out [][][]int64
+	for range copies {
+		var g [][]int64
+		for _, m := range members {
+			if m.claim == nil {
+				continue
+			}
+			for range m.pods {
+				if gang {
+					g = append(g, m.claim)
+				} else {
+					out = append(out, [][]int64{m.claim})
+				}
+			}
+		}
+		if len(g) > 0 {
+			slices.SortStableFunc(g, func(a, b []int64) int { return cmp.Compare(sum(b), sum(a)) })
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// reserveAll reserves gangs one by one; if one does not fit it undoes the
+// others and reports false.
+func (o *oracleNodes) reserveAll(key string, gangs [][][]int64) bool {
+	saved := o.clone().nodes[key]
+	for _, g := range gangs {
+		if !o.reserve(key, g) {
+			o.nodes[key] = saved
+			return false
+		}
+	}
+	return true
+}
+
+// oracleFreeDevice is the whole pass, node by node: retain and scale down
+// as oracleRetain and oracleScaleDown, charge what must be charged, then
+// fill one replica at a time.
+func oracleFreeDevice(f gFleet, b Binding) []oPlacement {
+	wanted := int(max(f.d.replicas, 0))
+	kept := oracleScaleDown(oracleRetain(f), wanted)
+	out := slices.Clone(kept)
+	if len(kept) >= wanted {
+		return sortPlacements(out)
+	}
+	o := newOracleNodes(f, b)
+	keptIDs := map[[2]any]bool{}
+	load := map[string]int{}
+	used := map[string]map[int]bool{}
+	for _, k := range kept {
+		keptIDs[[2]any{k.Cluster, k.Index}] = true
+		load[k.Cluster]++
+		if used[k.Cluster] == nil {
+			used[k.Cluster] = map[int]bool{}
+		}
+		used[k.Cluster][k.Index] = true
+	}
+	type member = struct {
+		pods  int64
+		claim []int64
+	}
+	for _, r := range f.sortedReplicas() {
+		c := f.cluster(r.cluster)
+		if c == nil || f.ours(r) && !keptIDs[[2]any{r.cluster, r.index}] {
+			continue
+		}
+		for _, e := range r.engines {
+			gang := slices.ContainsFunc(e.members, func(m gRepMember) bool { return m.role != v1alpha1.RoleStandalone })
+			var pools []string
+			for _, m := range e.members {
+				if !slices.Contains(pools, m.pool) {
+					pools = append(pools, m.pool)
+				}
+			}
+			for _, pn := range pools {
+				p := c.pool(pn)
+				if p == nil || p.obs != nil && r.since != nil && r.since.Before(p.obs.ObservedAt) {
+					continue
+				}
+				var ms []member
+				for _, m := range e.members {
+					if m.pool != pn {
+						continue
+					}
+					mm := member{pods: podsOf(m.role, m.workers, 1)}
+					if len(m.stamped) > 0 {
+						mm.claim = []int64{1}
+						if p.obs != nil {
+							mm.claim = stampClaim(*p, m.stamped)
+						}
+					}
+					ms = append(ms, mm)
+				}
+				key := poolKey(c.name, pn)
+				if o.full[key] || !o.reserveAll(key, engineGangs(e.copies, gang, ms)) {
+					o.full[key] = true
+				}
+			}
+		}
+	}
+	// place reserves a new replica on a cluster, engine by engine, each on
+	// the first pool that matches and has room.
+	place := func(o *oracleNodes, c *gCluster) []oEngine {
+		var engines []oEngine
+		for _, e := range f.d.engines {
+			claimable := make([]bool, len(e.members))
+			for mi, m := range e.members {
+				for _, p := range c.pools {
+					if stamps, ok := oracleResolve(p, m); ok && len(stamps) > 0 {
+						claimable[mi] = true
+					}
+				}
+			}
+			if !slices.Contains(claimable, true) {
+				return nil
+			}
+			gang := slices.ContainsFunc(e.members, func(m gMember) bool { return m.role != v1alpha1.RoleStandalone })
+			var placed *oEngine
+			for _, p := range c.pools {
+				oe := oEngine{Name: e.name}
+				var ms []member
+				fits := true
+				for mi, m := range e.members {
+					stamps, ok := oracleResolve(p, m)
+					if !ok || claimable[mi] && len(stamps) == 0 {
+						fits = false
+						break
+					}
+					mm := member{pods: m.pods()}
+					if len(stamps) > 0 {
+						mm.claim = []int64{1}
+						if p.obs != nil {
+							mm.claim = stampClaim(p, stamps)
+						}
+					}
+					ms = append(ms, mm)
+					oe.Members = append(oe.Members, oMember{Role: m.role, Pool: p.name, DeviceRequests: deviceRequests(stamps)})
+				}
+				key := poolKey(c.name, p.name)
+				if !fits || o.full[key] || !o.reserveAll(key, engineGangs(e.copies, gang, ms)) {
+					continue
+				}
+				placed = &oe
+				break
+			}
+			if placed == nil {
+				return nil
+			}
+			engines = append(engines, *placed)
+		}
+		return engines
+	}
+	names := make([]string, 0, len(f.clusters))
+	for _, c := range f.clusters {
+		names = append(names, c.name)
+	}
+	slices.Sort(names)
+	for range wanted - len(kept) {
+		var best *gCluster
+		for _, n := range names {
+			c := f.cluster(n)
+			if !c.ready || !c.gateway || untolerated(c, f.d.tolerations, v1alpha1.TaintNoSchedule, v1alpha1.TaintNoExecute) {
+				continue
+			}
+			if place(o.clone(), c) == nil {
+				continue
+			}
+			if best == nil || load[c.name] < load[best.name] {
+				best = c
+			}
+		}
+		if best == nil {
+			break
+		}
+		engines := place(o, best)
+		if used[best.name] == nil {
+			used[best.name] = map[int]bool{}
+		}
+		index := 0
+		for used[best.name][index] {
+			index++
+		}
+		used[best.name][index] = true
+		load[best.name]++
+		out = append(out, oPlacement{Cluster: best.name, Index: index, New: true, Engines: engines})
+	}
+	return sortPlacements(out)
+}
+
+// TestPropertyFreeDeviceEqualsNodeOracle: with agent reports, the plan is
+// the one a node-by-node reading of the contract gives.
+func TestPropertyFreeDeviceEqualsNodeOracle(t *testing.T) {
+	for seed := range uint64(propertySeeds) {
+		rng := seeded(seed)
+		f := genFleet(rng, genOptions{observe: true})
+		b := pick(rng, MostFree, LeastFree)
+		s := f.snapshot()
+		s.Options.Binding = b
+		plan, err := Schedule(s)
+		if err != nil {
+			t.Fatalf("seed %d: Schedule: %v", seed, err)
+		}
+		if diff := gocmp.Diff(oracleFreeDevice(f, b), fromPlan(plan)); diff != "" {
+			t.Errorf("seed %d (%s): Schedule(...) against the node-by-node oracle: -want, +got:\n%s", seed, b, diff)
+		}
+	}
 }
