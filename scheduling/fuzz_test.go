@@ -12,8 +12,9 @@ import (
 // FuzzSchedule decodes a small fleet and deployment from the fuzz bytes (the
 // property tests' generator, its choices read from the bytes) and checks
 // that a pass never panics or errs on it, never overcommits a pool, keeps
-// every retainable replica where it is, and gives the same plan for the
-// same inputs in any order. The first byte picks the options: bit 0 lets
+// every retainable replica where it is, gives the same plan for the same
+// inputs in any order, and, unless counts are huge, the plan of the
+// whole-node oracle (no reports) or of the node-by-node oracle (reports). The first byte picks the options: bit 0 lets
 // pools carry agent reports, bit 1 lets counts grow huge, bit 2 assumes
 // LeastFree.
 //
@@ -83,6 +84,12 @@ func FuzzSchedule(f *testing.F) {
 			}
 			if diff := gocmp.Diff(short, plan.Shortfall, cmpopts.EquateEmpty()); diff != "" && !o.huge {
 				t.Errorf("shortfall against the whole-node oracle: -want, +got:\n%s", diff)
+			}
+		}
+
+		if o.observe && !o.huge {
+			if diff := gocmp.Diff(oracleFreeDevice(fleet, binding), fromPlan(plan)); diff != "" {
+				t.Errorf("against the node-by-node oracle: -want, +got:\n%s", diff)
 			}
 		}
 
