@@ -16,9 +16,11 @@ import (
 // device list. Pool must never panic, must return one of the four states,
 // and its verdict must agree with an independent reading of the contract's
 // validity rules (CONTRACT 2.3): a Usable report is valid and fresh, and a
-// valid, fresh report is Usable.
+// valid, fresh report is Usable. .ci/run can fuzz it for a fixed time:
 //
-// Run it with: go test ./observation -run '^$' -fuzz '^FuzzPool$' -fuzztime 20s
+//	go test ./observation -run '^$' -fuzz '^FuzzPool$' -fuzztime 20s
+//
+// Without -fuzz, go test runs only the seed corpus.
 func FuzzPool(f *testing.F) {
 	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`3`), []byte(`[{"nodes":2,"free":[{"name":"gpu","count":4}]},{"nodes":1,"free":[{"name":"gpu","count":1}]}]`), []byte{0x40, 0x05}, int64(0), uint16(300))
 	f.Add([]byte(``), []byte(``), []byte(``), []byte{0x40}, int64(0), uint16(300))
@@ -41,7 +43,7 @@ func FuzzPool(f *testing.F) {
 	f.Fuzz(func(t *testing.T, observedAt, observedNodes, histogram, devices []byte, nowOffset int64, maxAgeSeconds uint16) {
 		p := &v1alpha1.GPUPool{
 			Name:               "p",
-			Nodes:              ptr(int64(10)),
+			Nodes:              new(int64(10)),
 			Devices:            fuzzDevices(devices),
 			ObservedAt:         rawOrNil(observedAt),
 			ObservedNodes:      rawOrNil(observedNodes),
@@ -146,13 +148,13 @@ func fuzzDevices(b []byte) []v1alpha1.Device {
 	for i := 0; i+1 < len(b) && len(out) < 6; i += 2 {
 		d := v1alpha1.Device{Name: names[b[i]&3], Claim: claims[(b[i]>>2)&3], Driver: "x.example.com"}
 		if b[i]&0x40 != 0 {
-			d.Count = ptr(int64(int8(b[i+1])))
+			d.Count = new(int64(int8(b[i+1])))
 		}
 		out = append(out, d)
 	}
 	if len(b)%2 == 1 {
 		// An odd byte adds the usual four-GPU device last.
-		out = append(out, v1alpha1.Device{Name: "gpu", Driver: "gpu.nvidia.com", Count: ptr(int64(4))})
+		out = append(out, v1alpha1.Device{Name: "gpu", Driver: "gpu.nvidia.com", Count: new(int64(4))})
 	}
 	return out
 }
@@ -329,5 +331,3 @@ func rawOrNil(b []byte) json.RawMessage {
 	}
 	return json.RawMessage(b)
 }
-
-func ptr[T any](v T) *T { return &v }

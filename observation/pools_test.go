@@ -141,8 +141,10 @@ func TestPool(t *testing.T) {
 		"FutureBeyondMaxAge": {
 			reason: "A timestamp further in the future than maxAge is invalid.",
 			args:   args{pool: l4().Observed(now.Add(maxAge+time.Second), 0).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: "observedAt: 2026-10-20T20:11:01Z is 5m1s in the future"}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: "observedAt: 2026-10-20T20:11:01Z is 5m1s in the future",
+			}},
 		},
 		"Missing": {
 			reason: "A pool the agent published nothing for is missing, not invalid.",
@@ -157,44 +159,58 @@ func TestPool(t *testing.T) {
 		"PartlyNoObservedAt": {
 			reason: "A report without observedAt cannot be judged fresh; it is invalid and names the field.",
 			args:   args{pool: l4().RawObservation("", "3", `[]`).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: "observedAt: missing while the pool's other observation fields are set"}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: "observedAt: missing while the pool's other observation fields are set",
+			}},
 		},
 		"PartlyNoObservedNodes": {
 			reason: "A report without observedNodes is invalid and names the field.",
 			args:   args{pool: l4().RawObservation(q(nowRFC), "", `[]`).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: "observedNodes: missing while the pool's other observation fields are set"}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: "observedNodes: missing while the pool's other observation fields are set",
+			}},
 		},
 		"PartlyNoHistogram": {
 			reason: "A report without nodesByFreeDevices is invalid and names the field.",
 			args:   args{pool: l4().RawObservation(q(nowRFC), "3", "null").Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: "nodesByFreeDevices: missing while the pool's other observation fields are set"}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: "nodesByFreeDevices: missing while the pool's other observation fields are set",
+			}},
 		},
 		"PartlyOnlyHistogram": {
 			reason: "With two fields missing, the first in field order is named.",
 			args:   args{pool: l4().RawObservation("", "", `[]`).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: "observedAt: missing while the pool's other observation fields are set"}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: "observedAt: missing while the pool's other observation fields are set",
+			}},
 		},
 		"ObservedAtGarbage": {
 			reason: "An observedAt that is not RFC 3339 is invalid.",
 			args:   args{pool: l4().RawObservation(`"yesterday"`, "3", `[]`).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: `observedAt: "yesterday" is not an RFC 3339 time`}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: `observedAt: "yesterday" is not an RFC 3339 time`,
+			}},
 		},
 		"ObservedAtNoZone": {
 			reason: "RFC 3339 requires a zone; a local time is ambiguous and invalid.",
 			args:   args{pool: l4().RawObservation(`"2026-10-20T20:06:00"`, "3", `[]`).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: `observedAt: "2026-10-20T20:06:00" is not an RFC 3339 time`}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: `observedAt: "2026-10-20T20:06:00" is not an RFC 3339 time`,
+			}},
 		},
 		"ObservedAtEmptyString": {
 			reason: "An empty observedAt is present but not a time.",
 			args:   args{pool: l4().RawObservation(`""`, "3", `[]`).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: `observedAt: "" is not an RFC 3339 time`}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: `observedAt: "" is not an RFC 3339 time`,
+			}},
 		},
 		"ObservedAtNumber": {
 			reason: "A Unix timestamp is not the RFC 3339 string the schema asks for.",
@@ -242,26 +258,34 @@ func TestPool(t *testing.T) {
 		"HistogramNotAList": {
 			reason: "A histogram must be a list of buckets.",
 			args:   args{pool: l4().RawObservation(q(nowRFC), "3", `{"nodes":3}`).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: "nodesByFreeDevices: not a list of {nodes, free} buckets"}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: "nodesByFreeDevices: not a list of {nodes, free} buckets",
+			}},
 		},
 		"HistogramBucketNotAnObject": {
 			reason: "Each bucket must be an object.",
 			args:   args{pool: l4().RawObservation(q(nowRFC), "3", `[3]`).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: "nodesByFreeDevices: not a list of {nodes, free} buckets"}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: "nodesByFreeDevices: not a list of {nodes, free} buckets",
+			}},
 		},
 		"HistogramFreeNotAList": {
 			reason: "A bucket's free devices must be a list.",
 			args:   args{pool: l4().RawObservation(q(nowRFC), "3", `[{"nodes":1,"free":{"gpu":4}}]`).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: "nodesByFreeDevices: not a list of {nodes, free} buckets"}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: "nodesByFreeDevices: not a list of {nodes, free} buckets",
+			}},
 		},
 		"TooManyBuckets": {
 			reason: "The schema caps the histogram at 64 buckets.",
 			args:   args{pool: l4().RawObservation(q(nowRFC), "100", rawBuckets(65, 1)).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: "nodesByFreeDevices: 65 buckets, more than 64"}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: "nodesByFreeDevices: 65 buckets, more than 64",
+			}},
 		},
 		"SixtyFourBuckets": {
 			reason: "64 buckets is the most the schema allows, and is usable.",
@@ -274,63 +298,87 @@ func TestPool(t *testing.T) {
 		"TooManyFree": {
 			reason: "The schema caps a bucket at 16 free entries, one per pool device.",
 			args:   args{pool: l4().RawObservation(q(nowRFC), "1", `[{"nodes":1,"free":[`+strings.Repeat(`{"name":"gpu","count":1},`, 16)+`{"name":"gpu","count":1}]}]`).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: "nodesByFreeDevices[0].free: 17 devices, more than 16"}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: "nodesByFreeDevices[0].free: 17 devices, more than 16",
+			}},
 		},
 		"BucketNodesNegative": {
 			reason: "A bucket of negative nodes is invalid.",
 			args:   args{pool: l4().RawObservation(q(nowRFC), "3", `[{"nodes":-1,"free":[]}]`).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: "nodesByFreeDevices[0].nodes: -1 is negative"}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: "nodesByFreeDevices[0].nodes: -1 is negative",
+			}},
 		},
 		"BucketNodesMissing": {
 			reason: "A bucket must say how many nodes it holds.",
 			args:   args{pool: l4().RawObservation(q(nowRFC), "3", `[{"nodes":1},{"free":[]}]`).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: "nodesByFreeDevices[1].nodes: missing"}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: "nodesByFreeDevices[1].nodes: missing",
+			}},
 		},
 		"BucketNodesNull": {
 			reason: "A null node count is missing, not zero.",
 			args:   args{pool: l4().RawObservation(q(nowRFC), "3", `[{"nodes":null,"free":[]}]`).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: "nodesByFreeDevices[0].nodes: missing"}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: "nodesByFreeDevices[0].nodes: missing",
+			}},
 		},
 		"FreeCountMissing": {
 			reason: "A free entry must say how many are free.",
 			args:   args{pool: l4().RawObservation(q(nowRFC), "3", `[{"nodes":1,"free":[{"name":"gpu"}]}]`).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: "nodesByFreeDevices[0].free[0].count: missing"}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: "nodesByFreeDevices[0].free[0].count: missing",
+			}},
 		},
 		"UnknownDevice": {
 			reason: "A free device the pool does not publish is invalid.",
-			args: args{pool: l4().Observed(now, 1, fixture.Bucket{Nodes: 1, Free: []fixture.Free{{Name: "gpu", Count: 1}, {Name: "tpu", Count: 1}}}).Obj(),
-				now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: `nodesByFreeDevices[0].free[1].name: pool has no device "tpu"`}},
+			args: args{
+				pool: l4().Observed(now, 1, fixture.Bucket{Nodes: 1, Free: []fixture.Free{{Name: "gpu", Count: 1}, {Name: "tpu", Count: 1}}}).Obj(),
+				now:  now, maxAge: maxAge,
+			},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: `nodesByFreeDevices[0].free[1].name: pool has no device "tpu"`,
+			}},
 		},
 		"EmptyDeviceName": {
 			reason: "A free entry must name a device.",
 			args:   args{pool: l4().RawObservation(q(nowRFC), "1", `[{"nodes":1,"free":[{"count":1}]}]`).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: "nodesByFreeDevices[0].free[0].name: not a device name"}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: "nodesByFreeDevices[0].free[0].name: not a device name",
+			}},
 		},
 		"SyntheticDevice": {
 			reason: "Synthetic devices are never claimed, so the agent cannot count them free.",
 			args:   args{pool: l4().Observed(now, 1, fixture.NodesFree(1, "nic", 1)).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: `nodesByFreeDevices[0].free[0].name: device "nic" is not claimed through DRA`}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: `nodesByFreeDevices[0].free[0].name: device "nic" is not claimed through DRA`,
+			}},
 		},
 		"DuplicateDevice": {
 			reason: "A device listed twice in one bucket has two free counts; neither can be trusted.",
-			args: args{pool: l4().Observed(now, 1, fixture.Bucket{Nodes: 1, Free: []fixture.Free{{Name: "gpu", Count: 1}, {Name: "gpu", Count: 2}}}).Obj(),
-				now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: `nodesByFreeDevices[0].free[1].name: device "gpu" is listed twice`}},
+			args: args{
+				pool: l4().Observed(now, 1, fixture.Bucket{Nodes: 1, Free: []fixture.Free{{Name: "gpu", Count: 1}, {Name: "gpu", Count: 2}}}).Obj(),
+				now:  now, maxAge: maxAge,
+			},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: `nodesByFreeDevices[0].free[1].name: device "gpu" is listed twice`,
+			}},
 		},
 		"SameDeviceInTwoBuckets": {
 			reason: "A device appears once per bucket, in every bucket.",
-			args: args{pool: l4().Observed(now, 2, fixture.NodesFree(1, "gpu", 1), fixture.NodesFree(1, "gpu", 2)).Obj(),
-				now: now, maxAge: maxAge},
+			args: args{
+				pool: l4().Observed(now, 2, fixture.NodesFree(1, "gpu", 1), fixture.NodesFree(1, "gpu", 2)).Obj(),
+				now:  now, maxAge: maxAge,
+			},
 			want: want{
 				obs: &scheduling.PoolObservation{ObservedAt: now, ObservedNodes: 2, Buckets: []scheduling.Bucket{
 					{Nodes: 1, Free: map[string]int64{"gpu": 1}}, {Nodes: 1, Free: map[string]int64{"gpu": 2}},
@@ -341,21 +389,29 @@ func TestPool(t *testing.T) {
 		"NegativeFree": {
 			reason: "A negative free count is invalid.",
 			args:   args{pool: l4().Observed(now, 1, fixture.NodesFree(1, "gpu", -1)).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: "nodesByFreeDevices[0].free[0].count: -1 is negative"}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: "nodesByFreeDevices[0].free[0].count: -1 is negative",
+			}},
 		},
 		"FreeAbovePerNodeCount": {
 			reason: "A node cannot have more free than it has.",
 			args:   args{pool: l4().Observed(now, 1, fixture.NodesFree(1, "gpu", 5)).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: "nodesByFreeDevices[0].free[0].count: 5 free gpu is more than the 4 a node has"}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: "nodesByFreeDevices[0].free[0].count: 5 free gpu is more than the 4 a node has",
+			}},
 		},
 		"FreeOfDeviceWithoutCount": {
 			reason: "A device that publishes no per-node count has none to be free.",
-			args: args{pool: fixture.Pool("l4", 1).Devices(v1alpha1.Device{Name: "gpu", Driver: "gpu.nvidia.com"}).Observed(now, 1, fixture.NodesFree(1, "gpu", 1)).Obj(),
-				now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: "nodesByFreeDevices[0].free[0].count: 1 free gpu is more than the 0 a node has"}},
+			args: args{
+				pool: fixture.Pool("l4", 1).Devices(v1alpha1.Device{Name: "gpu", Driver: "gpu.nvidia.com"}).Observed(now, 1, fixture.NodesFree(1, "gpu", 1)).Obj(),
+				now:  now, maxAge: maxAge,
+			},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: "nodesByFreeDevices[0].free[0].count: 1 free gpu is more than the 0 a node has",
+			}},
 		},
 		"FreeAtPerNodeCount": {
 			reason: "An idle node has exactly its per-node count free.",
@@ -367,8 +423,10 @@ func TestPool(t *testing.T) {
 		},
 		"DefaultClaimIsDRA": {
 			reason: "A device without a claim is claimed through DRA and may be counted free.",
-			args: args{pool: fixture.Pool("l4", 1).Devices(v1alpha1.Device{Name: "gpu", Driver: "gpu.nvidia.com", Count: fixture.Ptr[int64](2)}).Observed(now, 1, fixture.NodesFree(1, "gpu", 2)).Obj(),
-				now: now, maxAge: maxAge},
+			args: args{
+				pool: fixture.Pool("l4", 1).Devices(v1alpha1.Device{Name: "gpu", Driver: "gpu.nvidia.com", Count: fixture.Ptr[int64](2)}).Observed(now, 1, fixture.NodesFree(1, "gpu", 2)).Obj(),
+				now:  now, maxAge: maxAge,
+			},
 			want: want{
 				obs: &scheduling.PoolObservation{ObservedAt: now, ObservedNodes: 1, Buckets: []scheduling.Bucket{{Nodes: 1, Free: map[string]int64{"gpu": 2}}}},
 				rep: PoolReport{Pool: "l4", State: Usable, ExpiresAt: now.Add(maxAge)},
@@ -377,8 +435,10 @@ func TestPool(t *testing.T) {
 		"BucketsAboveObservedNodes": {
 			reason: "The histogram cannot hold more nodes than the pool has.",
 			args:   args{pool: l4().Observed(now, 3, fixture.NodesFree(2, "gpu", 4), fixture.NodesFree(2, "gpu", 1)).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: "nodesByFreeDevices: buckets hold 4 nodes, more than observedNodes 3"}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: "nodesByFreeDevices: buckets hold 4 nodes, more than observedNodes 3",
+			}},
 		},
 		"BucketsBelowObservedNodes": {
 			reason: "Fewer nodes in the histogram than observed is normal: the rest are booting, unready or cordoned.",
@@ -399,8 +459,10 @@ func TestPool(t *testing.T) {
 		"InvalidAndStale": {
 			reason: "A defect is reported even when the report is also stale, so the warning names it.",
 			args:   args{pool: l4().Observed(now.Add(-time.Hour), 1, fixture.NodesFree(1, "gpu", 9)).Obj(), now: now, maxAge: maxAge},
-			want: want{rep: PoolReport{Pool: "l4", State: Invalid,
-				Defect: "nodesByFreeDevices[0].free[0].count: 9 free gpu is more than the 4 a node has"}},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: "nodesByFreeDevices[0].free[0].count: 9 free gpu is more than the 4 a node has",
+			}},
 		},
 	}
 	for name, tc := range cases {
@@ -425,12 +487,18 @@ func TestReason(t *testing.T) {
 	}{
 		"Usable":  {reason: "A usable report needs no excuse.", rep: PoolReport{State: Usable}, want: "usable"},
 		"Missing": {reason: "A missing report says so.", rep: PoolReport{State: Missing}, want: "no observation"},
-		"Stale": {reason: "A stale report says for how long, to the second.",
-			rep: PoolReport{State: Stale, Age: 7*time.Minute + 300*time.Millisecond}, want: "observation stale for 7m0s"},
-		"StaleHours": {reason: "Long silences read in hours.",
-			rep: PoolReport{State: Stale, Age: 26*time.Hour + 5*time.Second}, want: "observation stale for 26h0m5s"},
-		"Invalid": {reason: "An invalid report carries its defect.",
-			rep: PoolReport{State: Invalid, Defect: "observedNodes: -1 is negative"}, want: "invalid observation: observedNodes: -1 is negative"},
+		"Stale": {
+			reason: "A stale report says for how long, to the second.",
+			rep:    PoolReport{State: Stale, Age: 7*time.Minute + 300*time.Millisecond}, want: "observation stale for 7m0s",
+		},
+		"StaleHours": {
+			reason: "Long silences read in hours.",
+			rep:    PoolReport{State: Stale, Age: 26*time.Hour + 5*time.Second}, want: "observation stale for 26h0m5s",
+		},
+		"Invalid": {
+			reason: "An invalid report carries its defect.",
+			rep:    PoolReport{State: Invalid, Defect: "observedNodes: -1 is negative"}, want: "invalid observation: observedNodes: -1 is negative",
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -72,8 +72,10 @@ func TestReplicas(t *testing.T) {
 			args:   []*v1alpha1.ModelReplica{withConditions(`[{"type":"Ready","status":"True"},{"type":"PodsScheduled","status":"True","lastTransitionTime":"a while ago"}]`)},
 			want: want{
 				since: []*time.Time{nil},
-				findings: []ReplicaFinding{{Namespace: fixture.Namespace, Name: "llm-a-0",
-					Defect: `status.conditions[1].lastTransitionTime: "a while ago" is not an RFC 3339 time`}},
+				findings: []ReplicaFinding{{
+					Namespace: fixture.Namespace, Name: "llm-a-0",
+					Defect: `status.conditions[1].lastTransitionTime: "a while ago" is not an RFC 3339 time`,
+				}},
 			},
 		},
 		"NumericTime": {
@@ -81,8 +83,10 @@ func TestReplicas(t *testing.T) {
 			args:   []*v1alpha1.ModelReplica{withConditions(`[{"type":"PodsScheduled","status":"True","lastTransitionTime":1792526760}]`)},
 			want: want{
 				since: []*time.Time{nil},
-				findings: []ReplicaFinding{{Namespace: fixture.Namespace, Name: "llm-a-0",
-					Defect: "status.conditions[0].lastTransitionTime: not a string"}},
+				findings: []ReplicaFinding{{
+					Namespace: fixture.Namespace, Name: "llm-a-0",
+					Defect: "status.conditions[0].lastTransitionTime: not a string",
+				}},
 			},
 		},
 		"GarbageTimeWhenFalse": {

@@ -16,9 +16,11 @@ import (
 // inputs in any order, and, unless counts are huge, the plan of the
 // whole-node oracle (no reports) or of the node-by-node oracle (reports). The first byte picks the options: bit 0 lets
 // pools carry agent reports, bit 1 lets counts grow huge, bit 2 assumes
-// LeastFree.
+// LeastFree. .ci/run can fuzz it for a fixed time:
 //
-// Run it with: go test ./scheduling -run '^$' -fuzz '^FuzzSchedule$' -fuzztime 20s
+//	go test ./scheduling -run '^$' -fuzz '^FuzzSchedule$' -fuzztime 20s
+//
+// Without -fuzz, go test runs only the seed corpus.
 func FuzzSchedule(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0})

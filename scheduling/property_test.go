@@ -68,7 +68,6 @@ var (
 	kindGPU  = kind{name: "gpu", driver: "gpu.nvidia.com", class: fx.GPUClass, dra: true}
 	kindNVMe = kind{name: "nvme", driver: "nvme.example.com", class: "nvme.example.com", dra: true}
 	kindNIC  = kind{name: "nic", driver: "nic.nvidia.com"}
-	kinds    = []kind{kindGPU, kindNVMe, kindNIC}
 )
 
 type gDevice struct {
@@ -260,10 +259,7 @@ func genPool(c chooser, o genOptions, name string) gPool {
 // buckets hold at most observedNodes nodes, and no device more free than
 // it has.
 func genObservation(c chooser, o genOptions, p gPool) *PoolObservation {
-	nodes := max(p.nodes, 0)
-	if nodes > 8 {
-		nodes = 8
-	}
+	nodes := min(max(p.nodes, 0), 8)
 	obs := &PoolObservation{ObservedAt: genAt, ObservedNodes: int64(c.IntN(int(nodes) + 3))}
 	left := obs.ObservedNodes
 	for range c.IntN(4) {
@@ -399,16 +395,14 @@ func genReplica(c chooser, f gFleet, serial int) gReplica {
 	}
 	switch c.IntN(5) {
 	case 0:
-		r.since = ptrTime(genAt.Add(-time.Minute))
+		r.since = new(genAt.Add(-time.Minute))
 	case 1:
-		r.since = ptrTime(genAt)
+		r.since = new(genAt)
 	case 2:
-		r.since = ptrTime(genAt.Add(time.Minute))
+		r.since = new(genAt.Add(time.Minute))
 	}
 	return r
 }
-
-func ptrTime(t time.Time) *time.Time { return &t }
 
 // oracleResolve is the oracle's matching of a member to a pool: each
 // request, greedily in order, takes the first device it selects that has
@@ -468,7 +462,7 @@ func (f gFleet) snapshot() Snapshot {
 func (d gDeployment) object() *v1alpha1.ModelDeployment {
 	var engines []v1alpha1.Engine
 	for _, e := range d.engines {
-		ve := v1alpha1.Engine{Name: e.name, Copies: fx.Ptr(e.copies)}
+		ve := v1alpha1.Engine{Name: e.name, Copies: new(e.copies)}
 		for _, m := range e.members {
 			var sel []v1alpha1.DeviceSelector
 			for _, r := range m.reqs {
@@ -514,13 +508,13 @@ func (d gDevice) object() v1alpha1.Device {
 	case kindNIC:
 		return fx.NIC(d.count)
 	}
-	return v1alpha1.Device{Name: d.kind.name, Claim: v1alpha1.ClaimDRA, Driver: d.kind.driver, DeviceClassName: d.kind.class, Count: fx.Ptr(d.count)}
+	return v1alpha1.Device{Name: d.kind.name, Claim: v1alpha1.ClaimDRA, Driver: d.kind.driver, DeviceClassName: d.kind.class, Count: new(d.count)}
 }
 
 func (r gReplica) object() *v1alpha1.ModelReplica {
 	var engines []v1alpha1.ReplicaEngine
 	for _, e := range r.engines {
-		ve := v1alpha1.ReplicaEngine{Name: e.name, Copies: fx.Ptr(e.copies)}
+		ve := v1alpha1.ReplicaEngine{Name: e.name, Copies: new(e.copies)}
 		for _, m := range e.members {
 			vm := v1alpha1.ReplicaMember{Role: m.role, NodePoolName: m.pool, Template: fx.PodTemplate}
 			if m.role == v1alpha1.RoleWorker {
@@ -563,7 +557,7 @@ func fromPlan(p *Plan) []oPlacement {
 		for _, e := range r.Engines {
 			oe := oEngine{Name: e.Name}
 			for _, m := range e.Members {
-				oe.Members = append(oe.Members, oMember{Role: m.Role, Pool: m.Pool, DeviceRequests: m.DeviceRequests})
+				oe.Members = append(oe.Members, oMember(m))
 			}
 			op.Engines = append(op.Engines, oe)
 		}
@@ -589,7 +583,7 @@ func (f gFleet) cluster(name string) *gCluster {
 	return nil
 }
 
-func (c *gCluster) pool(name string) *gPool {
+func (c gCluster) pool(name string) *gPool {
 	for i := range c.pools {
 		if c.pools[i].name == name {
 			return &c.pools[i]
@@ -1355,7 +1349,7 @@ func distinctFit(nodes map[string]int64, gang [][]int64) bool {
 	var free [][]int64
 	for k, n := range nodes {
 		var v []int64
-		for _, f := range strings.Fields(strings.Trim(k, "[]")) {
+		for f := range strings.FieldsSeq(strings.Trim(k, "[]")) {
 			var x int64
 			fmt.Sscan(f, &x)
 			v = append(v, x)
@@ -1478,8 +1472,10 @@ func TestPropertyPlanIsAFixedPoint(t *testing.T) {
 // replicaOf is the ModelReplica a placement composes, as it is observed on
 // the next reconcile: not yet scheduled.
 func replicaOf(f gFleet, p Placement) gReplica {
-	r := gReplica{deployment: f.d.name, namespace: f.d.namespace, cluster: p.Cluster, index: p.Index,
-		name: fmt.Sprintf("%s-%s-%d-planned", f.d.name, p.Cluster, p.Index)}
+	r := gReplica{
+		deployment: f.d.name, namespace: f.d.namespace, cluster: p.Cluster, index: p.Index,
+		name: fmt.Sprintf("%s-%s-%d-planned", f.d.name, p.Cluster, p.Index),
+	}
 	for ei, e := range p.Engines {
 		de := f.d.engines[ei]
 		re := gRepEngine{name: e.Name, copies: de.copies}
@@ -1615,7 +1611,8 @@ func (o *oracleNodes) reserve(key string, gang [][]int64) bool {
 func engineGangs(copies int64, gang bool, members []struct {
 	pods  int64
 	claim []int64
-}) [][][]int64 {
+},
+) [][][]int64 {
 	var out [][][]int64
 	for range copies {
 		var g [][]int64
