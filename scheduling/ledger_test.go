@@ -461,6 +461,17 @@ func TestLedgerAfterPass(t *testing.T) {
 				"second": {"[4]": 1},
 			},
 		},
+		"MembersClaimingDifferentKindsShareANode": {
+			reason: "Two Standalone members of one engine, one claiming a GPU and one an NVMe drive, are independent pods that share the one node with both free.",
+			d: fx.Deployment("m").Engines(v1alpha1.Engine{Name: "main", Copies: new(int64(2)), Members: []v1alpha1.Member{
+				fx.Member(v1alpha1.RoleStandalone, 0, anyGPU(1)),
+				fx.Member(v1alpha1.RoleStandalone, 0, fx.Request("nvme", 1, `device.driver == "nvme.example.com"`)),
+			}}).Obj(),
+			pools: []v1alpha1.GPUPool{fx.Pool("p", 1).Devices(fx.GPU("gpu", 8, "80Gi"), nvme(4)).
+				Observed(ledgerAt, 1, fx.Bucket{Nodes: 1, Free: []fx.Free{{Name: "gpu", Count: 8}, {Name: "nvme", Count: 4}}}).Obj()},
+			placed: 1,
+			want:   map[string]map[string]int64{"p": {"[6 2]": 1}},
+		},
 		"SurgeAddsNoEmptyNodes": {
 			reason: "A pool of 2 observed at 3 during a surge, all full, offers no room and no growth.",
 			d:      fx.Deployment("m").Engines(fx.Standalone("main", anyGPU(1))).Obj(),
@@ -593,4 +604,9 @@ func TestChargeHugeCountsStayCheap(t *testing.T) {
 	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<20 {
 		t.Errorf("charging one replica of %d copies x %d workers allocated %d MiB; want it bounded (under 64 MiB), not proportional to copies x pods", n, n, alloc>>20)
 	}
+}
+
+// nvme is a DRA NVMe drive device, count per node.
+func nvme(count int64) v1alpha1.Device {
+	return v1alpha1.Device{Name: "nvme", Claim: v1alpha1.ClaimDRA, Driver: "nvme.example.com", DeviceClassName: "nvme.example.com", Count: new(count)}
 }
