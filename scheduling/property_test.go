@@ -294,6 +294,8 @@ func genRequests(c chooser) []gRequest {
 		reqs = append(reqs, gRequest{kind: kindGPU, count: 1}, gRequest{kind: kindNIC, count: 1})
 	case 3:
 		reqs = append(reqs, gRequest{kind: kindGPU, count: 1, orNIC: true})
+	case 4:
+		reqs = append(reqs, gRequest{kind: kindNVMe, count: 1})
 	default:
 		reqs = append(reqs, gRequest{kind: kindGPU, count: pick[int64](c, 1, 1, 1, 2, 4), need80: c.IntN(3) == 0})
 	}
