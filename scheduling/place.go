@@ -101,8 +101,10 @@ func reserveEngine(l *poolLedger, p *pool, d demand, b Binding) ([]move, *PoolSh
 		return nil, nil
 	}
 	// More pods than the pool could hold even at the smallest claim: a
-	// shortage, found without laying the pods out one by one.
-	if low := d.smallest(); pods > maxEnginePods || pods > l.room(low) {
+	// shortage, found without laying the pods out one by one. The bound
+	// holds only where every pod claims some of one device kind; members
+	// claiming different kinds leave the smallest claim empty.
+	if low := d.smallest(); pods > maxEnginePods || (sum(low) > 0 && pods > l.room(low)) {
 		return nil, &PoolShortage{Pool: p.name, WholeNode: l.whole, Pods: pods, Claim: deviceCounts(p, low, l.whole), Have: l.room(low)}
 	}
 	return reserveGangs(l, p, d.gangs(), b)
