@@ -29,7 +29,7 @@ func TestReadCluster(t *testing.T) {
 	c := fx.Cluster("a").Taint("gpu", "x", "NoSchedule").PlacementLabels(map[string]string{"region": "eu"}).Hostname("a.example.com").
 		Pools(fx.Pool("h100", 4).Devices(fx.GPU("gpu", 8, "80Gi"), fx.NIC(8)).Observed(now, 3, fx.NodesFree(2, "gpu", 8)).Obj()).Obj()
 	c.Status.GPUPools[0].Devices[0].Attributes["cc"] = v1alpha1.DeviceAttribute{Version: new("9.0.0")}
-	c.Status.GPUPools[0].Devices[0].Attributes["pcie"] = v1alpha1.DeviceAttribute{Int: fx.Ptr[int64](5)}
+	c.Status.GPUPools[0].Devices[0].Attributes["pcie"] = v1alpha1.DeviceAttribute{Int: new(int64(5))}
 	c.Status.GPUPools[0].Devices[0].Attributes["mig"] = v1alpha1.DeviceAttribute{Bool: new(false)}
 	got, err := readCluster(toStruct(t, c))
 	if err != nil {
@@ -93,7 +93,7 @@ func TestReadErrors(t *testing.T) {
 			reason: "A fractional count is not a whole number.",
 			read: func() error {
 				s := toStruct(t, fx.Replica("m", "a", 0).Obj())
-				m := s.Fields["spec"].GetStructValue().Fields["engines"].GetListValue().Values[0].GetStructValue().Fields["members"].GetListValue().Values[0]
+				m := s.GetFields()["spec"].GetStructValue().GetFields()["engines"].GetListValue().GetValues()[0].GetStructValue().GetFields()["members"].GetListValue().GetValues()[0]
 				m.GetStructValue().Fields["deviceRequests"].GetListValue().Values[0].GetStructValue().Fields["count"] = structpb.NewNumberValue(1.5)
 				_, err := readReplica(s)
 				return err

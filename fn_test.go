@@ -95,9 +95,11 @@ func TestRunFunctionHandshake(t *testing.T) {
 		requiredCache:    {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelCache, Match: &fnv1.ResourceSelector_MatchName{MatchName: "qwen"}, Namespace: &ns},
 		requiredClusters: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindInferenceCluster, Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{"tier": "prod"}}}},
 	}}
-	cache := &v1alpha1.ModelCache{TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelCache},
+	cache := &v1alpha1.ModelCache{
+		TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelCache},
 		Metadata: v1alpha1.ObjectMeta{Name: "qwen", Namespace: ns},
-		Spec:     v1alpha1.ModelCacheSpec{ClusterSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}}}}
+		Spec:     v1alpha1.ModelCacheSpec{ClusterSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}}},
+	}
 	withCache := clone(want)
 	withCache.Resources[requiredClusters].Match = &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{"tier": "prod", "region": "eu"}}}
 
@@ -114,18 +116,22 @@ func TestRunFunctionHandshake(t *testing.T) {
 		},
 		"CacheResolved": {
 			reason: "Once the ModelCache resolves, its footprint narrows the clusters asked for.",
-			req: &fnv1.RunFunctionRequest{Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: toStruct(t, xr)}},
-				RequiredResources: map[string]*fnv1.Resources{requiredCache: resources(t, cache)}},
+			req: &fnv1.RunFunctionRequest{
+				Observed:          &fnv1.State{Composite: &fnv1.Resource{Resource: toStruct(t, xr)}},
+				RequiredResources: map[string]*fnv1.Resources{requiredCache: resources(t, cache)},
+			},
 			want: withCache,
 		},
 		"AllResolved": {
 			reason: "With everything resolved the requirements are the same and replicas are placed.",
-			req: &fnv1.RunFunctionRequest{Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: toStruct(t, xr)}},
+			req: &fnv1.RunFunctionRequest{
+				Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: toStruct(t, xr)}},
 				RequiredResources: map[string]*fnv1.Resources{
 					requiredCache:    resources(t, cache),
 					requiredClusters: resources(t, fx.Cluster("a").Obj()),
 					requiredReplicas: resources(t),
-				}},
+				},
+			},
 			want:   withCache,
 			placed: true,
 		},
@@ -144,7 +150,7 @@ func TestRunFunctionHandshake(t *testing.T) {
 }
 
 func clone(r *fnv1.Requirements) *fnv1.Requirements {
-	return proto.Clone(r).(*fnv1.Requirements) //nolint:forcetypeassert // Clone returns the type it is given.
+	return proto.Clone(r).(*fnv1.Requirements)
 }
 
 func TestRunFunctionFatal(t *testing.T) {
@@ -215,6 +221,7 @@ func TestRunFunctionFatal(t *testing.T) {
 
 // readyReplica is a composed ModelReplica as Crossplane observes it, Ready.
 func observedReady(t *testing.T, obj any) *fnv1.Resource {
+	t.Helper()
 	s := toStruct(t, obj)
 	st, _ := structpb.NewStruct(map[string]any{"conditions": []any{map[string]any{"type": "Ready", "status": "True"}}})
 	s.Fields["status"] = structpb.NewStructValue(st)
@@ -244,8 +251,10 @@ func TestRunFunctionCompose(t *testing.T) {
 				"name": "main", "copies": 1.0,
 				"members": []any{map[string]any{
 					"role": "Standalone", "nodePoolName": "default",
-					"deviceRequests": []any{map[string]any{"name": "gpu", "deviceClassName": fx.GPUClass, "count": 1.0,
-						"selectors": []any{map[string]any{"cel": fx.MemAtLeast80Gi}}}},
+					"deviceRequests": []any{map[string]any{
+						"name": "gpu", "deviceClassName": fx.GPUClass, "count": 1.0,
+						"selectors": []any{map[string]any{"cel": fx.MemAtLeast80Gi}},
+					}},
 					"template": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "engine", "image": "vllm/vllm-openai:v0.11.0"}}}},
 				}},
 			}},

@@ -69,6 +69,7 @@ func (r PoolReport) Reason() string {
 		return fmt.Sprintf("observation stale for %s", r.Age.Round(time.Second))
 	case Invalid:
 		return "invalid observation: " + r.Defect
+	case Usable:
 	}
 	return "usable"
 }
@@ -211,49 +212,58 @@ func buckets(p *v1alpha1.GPUPool, observedNodes int64) ([]scheduling.Bucket, str
 	out := make([]scheduling.Bucket, 0, len(raw))
 	var total int64
 	for bi, rb := range raw {
-		field := fmt.Sprintf("%s[%d]", fieldNodesByFree, bi)
-		nodes, defect := count(rb.Nodes)
+		b, field, defect := bucket(rb, fmt.Sprintf("%s[%d]", fieldNodesByFree, bi), devices)
 		if defect != "" {
-			return nil, field + ".nodes", defect
+			return nil, field, defect
 		}
-		if len(rb.Free) > maxFreePerBucket {
-			return nil, field + ".free", fmt.Sprintf("%d devices, more than %d", len(rb.Free), maxFreePerBucket)
-		}
-		b := scheduling.Bucket{Nodes: nodes, Free: map[string]int64{}}
-		for fi, rf := range rb.Free {
-			ff := fmt.Sprintf("%s.free[%d]", field, fi)
-			var name string
-			if err := json.Unmarshal(rf.Name, &name); err != nil || name == "" {
-				return nil, ff + ".name", "not a device name"
-			}
-			d, ok := devices[name]
-			switch {
-			case !ok:
-				return nil, ff + ".name", fmt.Sprintf("pool has no device %q", name)
-			case !d.IsDRA():
-				return nil, ff + ".name", fmt.Sprintf("device %q is not claimed through DRA", name)
-			}
-			if _, dup := b.Free[name]; dup {
-				return nil, ff + ".name", fmt.Sprintf("device %q is listed twice", name)
-			}
-			n, defect := count(rf.Count)
-			if defect != "" {
-				return nil, ff + ".count", defect
-			}
-			perNode := int64(0)
-			if d.Count != nil {
-				perNode = *d.Count
-			}
-			if n > perNode {
-				return nil, ff + ".count", fmt.Sprintf("%d free %s is more than the %d a node has", n, name, perNode)
-			}
-			b.Free[name] = n
-		}
-		total += nodes
+		total += b.Nodes
 		out = append(out, b)
 	}
 	if total > observedNodes {
 		return nil, fieldNodesByFree, fmt.Sprintf("buckets hold %d nodes, more than observedNodes %d", total, observedNodes)
 	}
 	return out, "", ""
+}
+
+// bucket reads one bucket of the histogram. It returns the field and defect
+// of the first problem found.
+func bucket(rb rawBucket, field string, devices map[string]v1alpha1.Device) (scheduling.Bucket, string, string) {
+	nodes, defect := count(rb.Nodes)
+	if defect != "" {
+		return scheduling.Bucket{}, field + ".nodes", defect
+	}
+	if len(rb.Free) > maxFreePerBucket {
+		return scheduling.Bucket{}, field + ".free", fmt.Sprintf("%d devices, more than %d", len(rb.Free), maxFreePerBucket)
+	}
+	b := scheduling.Bucket{Nodes: nodes, Free: map[string]int64{}}
+	for fi, rf := range rb.Free {
+		ff := fmt.Sprintf("%s.free[%d]", field, fi)
+		var name string
+		if err := json.Unmarshal(rf.Name, &name); err != nil || name == "" {
+			return scheduling.Bucket{}, ff + ".name", "not a device name"
+		}
+		d, ok := devices[name]
+		switch {
+		case !ok:
+			return scheduling.Bucket{}, ff + ".name", fmt.Sprintf("pool has no device %q", name)
+		case !d.IsDRA():
+			return scheduling.Bucket{}, ff + ".name", fmt.Sprintf("device %q is not claimed through DRA", name)
+		}
+		if _, dup := b.Free[name]; dup {
+			return scheduling.Bucket{}, ff + ".name", fmt.Sprintf("device %q is listed twice", name)
+		}
+		n, defect := count(rf.Count)
+		if defect != "" {
+			return scheduling.Bucket{}, ff + ".count", defect
+		}
+		perNode := int64(0)
+		if d.Count != nil {
+			perNode = *d.Count
+		}
+		if n > perNode {
+			return scheduling.Bucket{}, ff + ".count", fmt.Sprintf("%d free %s is more than the %d a node has", n, name, perNode)
+		}
+		b.Free[name] = n
+	}
+	return b, "", ""
 }

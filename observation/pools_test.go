@@ -424,7 +424,7 @@ func TestPool(t *testing.T) {
 		"DefaultClaimIsDRA": {
 			reason: "A device without a claim is claimed through DRA and may be counted free.",
 			args: args{
-				pool: fixture.Pool("l4", 1).Devices(v1alpha1.Device{Name: "gpu", Driver: "gpu.nvidia.com", Count: fixture.Ptr[int64](2)}).Observed(now, 1, fixture.NodesFree(1, "gpu", 2)).Obj(),
+				pool: fixture.Pool("l4", 1).Devices(v1alpha1.Device{Name: "gpu", Driver: "gpu.nvidia.com", Count: new(int64(2))}).Observed(now, 1, fixture.NodesFree(1, "gpu", 2)).Obj(),
 				now:  now, maxAge: maxAge,
 			},
 			want: want{

@@ -588,7 +588,7 @@ func TestChargeAgainstObservation(t *testing.T) {
 func TestChargeHugeCountsStayCheap(t *testing.T) {
 	const n = 1 << 11
 	e := fx.PinnedGang("main", "default", n, fx.Stamped(1))
-	e.Copies = fx.Ptr[int64](n)
+	e.Copies = new(int64(n))
 	s := snapshot(fx.Deployment("m").Obj(), []*v1alpha1.InferenceCluster{fx.Cluster("a").Obj()},
 		fx.Replica("other", "a", 0).Engines(e).Obj())
 	var before, after runtime.MemStats

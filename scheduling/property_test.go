@@ -518,7 +518,7 @@ func (r gReplica) object() *v1alpha1.ModelReplica {
 	for _, e := range r.engines {
 		ve := v1alpha1.ReplicaEngine{Name: e.name, Copies: new(e.copies)}
 		for _, m := range e.members {
-			vm := v1alpha1.ReplicaMember{Role: m.role, NodePoolName: m.pool, Template: fx.PodTemplate}
+			vm := v1alpha1.ReplicaMember{Role: m.role, NodePoolName: m.pool, Template: fx.PodTemplate()}
 			if m.role == v1alpha1.RoleWorker {
 				vm.Worker = &v1alpha1.Worker{Nodes: m.workers}
 			}

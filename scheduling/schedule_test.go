@@ -388,14 +388,18 @@ func TestScheduleFreeDevices(t *testing.T) {
 		"WholeNodeFallbackWithoutObservation": {
 			reason:   "The same pool without a report takes one replica per node.",
 			snapshot: snapshot(oneGPU().Replicas(8).Obj(), cluster(l4(2).Obj())),
-			want: want{placed: fourNodesOf(2),
-				shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs 1 free node, has 0"},
+			want: want{
+				placed:    fourNodesOf(2),
+				shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs 1 free node, has 0",
+			},
 		},
 		"GrowableNodesAreEmpty": {
 			reason:   "A pool of 3 nodes with 1 observed, full, can grow by 2 empty nodes: 8 one-GPU replicas.",
 			snapshot: snapshot(oneGPU().Replicas(9).Obj(), cluster(l4(3).Observed(observedAt, 1, fx.NodesFree(1, "gpu", 0)).Obj())),
-			want: want{placed: fourNodesOf(8),
-				shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 gpu free, has room for 0"},
+			want: want{
+				placed:    fourNodesOf(8),
+				shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 gpu free, has room for 0",
+			},
 		},
 		"SurgeDoesNotGrowNegative": {
 			reason:   "During a surge observedNodes exceeds nodes; the pool grows by nothing, not by a negative count.",
@@ -453,8 +457,10 @@ func TestScheduleFreeDevices(t *testing.T) {
 			reason: "A replica whose pods scheduled after observedAt is not yet in the histogram and is charged.",
 			snapshot: snapshot(oneGPU().Replicas(2).Obj(), cluster(l4(1).Observed(observedAt, 1, fx.NodesFree(1, "gpu", 4)).Obj()),
 				fx.Replica("other", "a", 0).Engines(fx.PinnedStandalone("main", "l4", stamped(3))).PodsScheduled("True", after).Obj()),
-			want: want{placed: []string{"a/0 main=l4 +"},
-				shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 gpu free, has room for 0"},
+			want: want{
+				placed:    []string{"a/0 main=l4 +"},
+				shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 gpu free, has room for 0",
+			},
 		},
 		"NotScheduledIsCharged": {
 			reason: "A replica whose pods are not scheduled is charged whatever its timestamp.",
