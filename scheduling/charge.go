@@ -81,8 +81,40 @@ func (s *pass) chargeEngineOnPool(cl *cluster, p *pool, e v1alpha1.ReplicaEngine
 		}
 		groups = append(groups, g)
 	}
-	if _, short := reserveEngine(l, p, demand{copies: countOr(e.Copies, 1), gang: gang, members: groups}, s.binding); short != nil {
+	d := demand{copies: countOr(e.Copies, 1), gang: gang, members: groups}
+	if _, short := reserveEngine(l, p, d, s.binding); short != nil {
+		s.chargeUnfit(l, d)
+	}
+}
+
+// chargeUnfit books pods already charged to a pool that do not all fit it.
+// A whole-node pool then takes nothing new, as a Modelplane pool whose free
+// node count went negative. A free-device pool stays open: the pods that fit
+// take their claim, and each pod that fits no node (it is Pending, waiting
+// for one to free up) holds the node with the most free, whole, so it is
+// first in line for it.
+func (s *pass) chargeUnfit(l *poolLedger, d demand) {
+	if l.whole || d.pods() > maxEnginePods {
 		l.saturated = true
+		return
+	}
+	l.unfit = true
+	for _, g := range d.gangs() {
+		held := make([][]int64, 0, len(g))
+		for _, c := range g {
+			claim := c
+			i := l.pick(c, s.binding)
+			if i < 0 {
+				if i = l.pick(make([]int64, len(c)), MostFree); i < 0 {
+					break
+				}
+				claim = l.groups[i].free
+			}
+			held = append(held, l.take(i, claim).to)
+		}
+		for _, h := range held {
+			l.add(1, h)
+		}
 	}
 }
 

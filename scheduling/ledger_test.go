@@ -559,9 +559,9 @@ func TestChargeAgainstObservation(t *testing.T) {
 			want:    map[string]int64{"[8]": 1},
 		},
 		"GangChargedOnDistinctNodes": {
-			reason:  "A charged gang cannot share one node, even one with room for both: the pool is saturated and left as it was.",
+			reason:  "A charged gang cannot share one node, even one with room for both: its first pod takes its claim there, the second finds no other node to hold.",
 			replica: fx.Replica("other", "a", 0).Engines(fx.PinnedGang("main", "p", 1, fx.Stamped(2))).Obj(),
-			want:    map[string]int64{"[8]": 1},
+			want:    map[string]int64{"[6]": 1},
 		},
 	}
 	d := fx.Deployment("m").Engines(fx.Standalone("main", fx.GPURequest(1))).Replicas(0).Obj()

@@ -1120,7 +1120,9 @@ func overcommits(f gFleet, plan *Plan, p *pass, exact bool) []string {
 					out = append(out, fmt.Sprintf("%s: saturated, yet %d of device %d placed on it", where, placed[k], k))
 				case l.saturated && used > charged[k]:
 					out = append(out, fmt.Sprintf("%s: saturated, yet %d of device %d used, more than the %d charged", where, used, k, charged[k]))
-				case !l.saturated && used != charged[k]+placed[k]:
+				case l.unfit && used < placed[k]:
+					out = append(out, fmt.Sprintf("%s: %d of device %d used, less than the %d placed", where, used, k, placed[k]))
+				case !l.saturated && !l.unfit && used != charged[k]+placed[k]:
 					out = append(out, fmt.Sprintf("%s: %d of device %d used, want %d charged + %d placed", where, used, k, charged[k], placed[k]))
 				}
 			}
@@ -1638,6 +1640,46 @@ func engineGangs(copies int64, gang bool, members []struct {
 	return out
 }
 
+// reserveUnfit books gangs that do not all fit a free-device pool: each pod
+// takes its claim on a distinct node of its gang where one has it free, and
+// otherwise holds, whole, the node of its gang's remaining ones with the
+// most free (claimed kinds compare as none are claimed: all kinds in
+// device order).
+func (o *oracleNodes) reserveUnfit(key string, gangs [][][]int64) {
+	nodes := o.nodes[key]
+	for _, g := range gangs {
+		taken := make([]bool, len(nodes))
+		for _, c := range g {
+			best := -1
+			for j, n := range nodes {
+				fits := !taken[j]
+				for k := range c {
+					fits = fits && n[k] >= c[k]
+				}
+				if fits && (best < 0 || o.better(n, nodes[best], c)) {
+					best = j
+				}
+			}
+			claim := c
+			if best < 0 {
+				for j, n := range nodes {
+					if !taken[j] && (best < 0 || slices.Compare(n, nodes[best]) > 0) {
+						best = j
+					}
+				}
+				if best < 0 {
+					break
+				}
+				claim = slices.Clone(nodes[best])
+			}
+			taken[best] = true
+			for k := range claim {
+				nodes[best][k] -= claim[k]
+			}
+		}
+	}
+}
+
 // reserveAll reserves gangs one by one; if one does not fit it undoes the
 // others and reports false.
 func (o *oracleNodes) reserveAll(key string, gangs [][][]int64) bool {
@@ -1710,8 +1752,12 @@ func oracleFreeDevice(f gFleet, b Binding) []oPlacement {
 					ms = append(ms, mm)
 				}
 				key := poolKey(c.name, pn)
-				if o.full[key] || !o.reserveAll(key, engineGangs(e.copies, gang, ms)) {
+				switch {
+				case o.full[key] || o.reserveAll(key, engineGangs(e.copies, gang, ms)):
+				case p.obs == nil:
 					o.full[key] = true
+				default:
+					o.reserveUnfit(key, engineGangs(e.copies, gang, ms))
 				}
 			}
 		}

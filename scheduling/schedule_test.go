@@ -480,10 +480,23 @@ func TestScheduleFreeDevices(t *testing.T) {
 				fx.Replica("other", "a", 0).Engines(fx.PinnedStandalone("main", "l4", v1alpha1.DeviceRequest{Name: "x", DeviceClassName: "tpu.google.com", Count: 1})).Obj()),
 			want: want{placed: []string{"a/0 main=l4 +", "a/1 main=l4 +"}},
 		},
-		"OverChargedPoolTakesNothingNew": {
-			reason: "When what is already charged does not fit the pool, it takes nothing new, as a whole-node pool in deficit does.",
+		"UnfitChargeHoldsTheMostFreeNode": {
+			reason: "A pending replica that fits no node holds the node with the most free, whole: here the only one.",
 			snapshot: snapshot(oneGPU().Obj(), cluster(l4(1).Observed(observedAt, 1, fx.NodesFree(1, "gpu", 2)).Obj()),
 				fx.Replica("other", "a", 0).Engines(fx.PinnedStandalone("main", "l4", stamped(4))).Obj()),
+			want: want{shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 gpu free, has room for 0"},
+		},
+		"UnfitChargeLeavesThePoolOpen": {
+			reason: "A pending 8-GPU replica on nodes with 4 free holds one node; the rest of the pool still takes new replicas.",
+			snapshot: snapshot(oneGPU().Replicas(2).Obj(), cluster(h100(4).Observed(observedAt, 4, fx.NodesFree(4, "gpu", 4)).Obj()),
+				fx.Replica("other", "a", 0).Engines(fx.PinnedStandalone("main", "h100", stamped(8))).Obj()),
+			want: want{placed: []string{"a/0 main=h100 +", "a/1 main=h100 +"}},
+		},
+		"WholeNodePoolInDeficitTakesNothingNew": {
+			reason: "Without a report, a pool whose charged pods exceed its nodes takes nothing new, as Modelplane.",
+			snapshot: snapshot(oneGPU().Obj(), cluster(l4(1).Obj()),
+				fx.Replica("other", "a", 0).Engines(fx.PinnedStandalone("main", "l4", stamped(1))).Obj(),
+				fx.Replica("other", "a", 1).Engines(fx.PinnedStandalone("main", "l4", stamped(1))).Obj()),
 			want: want{shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 already holds more claiming pods than it can fit"},
 		},
 	}
