@@ -80,6 +80,9 @@ func composeReplica(xr *v1alpha1.ModelDeployment, p scheduling.Placement) *v1alp
 		}
 		re := v1alpha1.ReplicaEngine{Name: e.Name, Copies: e.Copies, Phase: e.Phase}
 		for i, mp := range ep.Members {
+			if i >= len(e.Members) {
+				break
+			}
 			m := e.Members[i]
 			re.Members = append(re.Members, v1alpha1.ReplicaMember{
 				Role:           mp.Role,

@@ -54,14 +54,25 @@ func setCacheCondition(rsp *fnv1.RunFunctionResponse, fl *fleet) bool {
 
 // warnObservations warns of every invalid pool report and unreadable
 // PodsScheduled condition, naming the object and the field.
+// Warnings come out sorted, whatever order the objects arrived in.
 func warnObservations(rsp *fnv1.RunFunctionResponse, pools []observation.PoolReport, findings []observation.ReplicaFinding) {
+	var warnings []string
 	for _, p := range pools {
 		if p.State == observation.Invalid {
-			response.Warning(rsp, fmt.Errorf("InferenceCluster %s pool %s: invalid observation, using whole-node accounting: %s", p.Cluster, p.Pool, p.Defect))
+			warnings = append(warnings, fmt.Sprintf("InferenceCluster %s pool %s: invalid observation, using whole-node accounting: %s", p.Cluster, p.Pool, p.Defect))
 		}
 	}
 	for _, f := range findings {
-		response.Warning(rsp, fmt.Errorf("%s; treating its pods as not yet counted by any observation", f))
+		warnings = append(warnings, fmt.Sprintf("%s; treating its pods as not yet counted by any observation", f))
+	}
+	warn(rsp, warnings)
+}
+
+// warn emits each warning, sorted, so results never depend on input order.
+func warn(rsp *fnv1.RunFunctionResponse, warnings []string) {
+	sort.Strings(warnings)
+	for _, w := range warnings {
+		response.Warning(rsp, errors.New(w))
 	}
 }
 

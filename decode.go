@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -118,8 +120,8 @@ func (r *structReader) stringMap(v *structpb.Value, path string) map[string]stri
 		return nil
 	}
 	out := make(map[string]string, len(fields))
-	for k, val := range fields {
-		out[k] = r.str(val, path+"."+k)
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		out[k] = r.str(fields[k], path+"."+k)
 	}
 	return out
 }
@@ -181,11 +183,13 @@ func readReplica(s *structpb.Struct) (*v1alpha1.ModelReplica, error) {
 	return out, r.err
 }
 
-// readCluster reads what the scheduler uses of an InferenceCluster.
+// readCluster reads what the scheduler uses of an InferenceCluster: nothing
+// more, so that a malformed field it has no use for cannot fail the call.
 func readCluster(s *structpb.Struct) (*v1alpha1.InferenceCluster, error) {
 	r := &structReader{}
 	f := s.GetFields()
-	out := &v1alpha1.InferenceCluster{Metadata: r.metadata(f)}
+	md := r.object(f["metadata"], "metadata")
+	out := &v1alpha1.InferenceCluster{Metadata: v1alpha1.ObjectMeta{Name: r.str(md["name"], "metadata.name")}}
 	spec := r.object(f["spec"], "spec")
 	for ti, tv := range r.list(spec["taints"], "spec.taints") {
 		tp := fmt.Sprintf("spec.taints[%d]", ti)
@@ -199,10 +203,7 @@ func readCluster(s *structpb.Struct) (*v1alpha1.InferenceCluster, error) {
 	for ci, cv := range r.list(status["conditions"], "status.conditions") {
 		cp := fmt.Sprintf("status.conditions[%d]", ci)
 		cf := r.object(cv, cp)
-		out.Status.Conditions = append(out.Status.Conditions, v1alpha1.Condition{
-			Type: r.str(cf["type"], cp+".type"), Status: r.str(cf["status"], cp+".status"), Reason: r.str(cf["reason"], cp+".reason"),
-			Message: r.str(cf["message"], cp+".message"), LastTransitionTime: r.str(cf["lastTransitionTime"], cp+".lastTransitionTime"),
-		})
+		out.Status.Conditions = append(out.Status.Conditions, v1alpha1.Condition{Type: r.str(cf["type"], cp+".type"), Status: r.str(cf["status"], cp+".status")})
 	}
 	if gw := r.object(status["gateway"], "status.gateway"); gw != nil {
 		out.Status.Gateway = &v1alpha1.Gateway{Hostname: r.str(gw["hostname"], "status.gateway.hostname"), Address: r.str(gw["address"], "status.gateway.address")}
@@ -231,7 +232,8 @@ func (r *structReader) device(v *structpb.Value, path string) v1alpha1.Device {
 	}
 	if attrs := r.object(f["attributes"], path+".attributes"); attrs != nil {
 		d.Attributes = make(map[string]v1alpha1.DeviceAttribute, len(attrs))
-		for k, av := range attrs {
+		for _, k := range slices.Sorted(maps.Keys(attrs)) {
+			av := attrs[k]
 			ap := path + ".attributes." + k
 			af := r.object(av, ap)
 			a := v1alpha1.DeviceAttribute{Int: r.integer(af["int"], ap+".int"), Bool: r.boolean(af["bool"], ap+".bool")}
@@ -248,7 +250,8 @@ func (r *structReader) device(v *structpb.Value, path string) v1alpha1.Device {
 	}
 	if capacity := r.object(f["capacity"], path+".capacity"); capacity != nil {
 		d.Capacity = make(map[string]v1alpha1.DeviceCapacityVal, len(capacity))
-		for k, cv := range capacity {
+		for _, k := range slices.Sorted(maps.Keys(capacity)) {
+			cv := capacity[k]
 			d.Capacity[k] = v1alpha1.DeviceCapacityVal{Value: r.str(r.object(cv, path+".capacity."+k)["value"], path+".capacity."+k+".value")}
 		}
 	}
@@ -285,16 +288,16 @@ func appendJSON(b []byte, v *structpb.Value) []byte {
 		}
 		return append(b, ']')
 	case *structpb.Value_StructValue:
+		// Keys in order, so that what quotes this JSON never flaps.
 		b = append(b, '{')
-		i := 0
-		for key, e := range k.StructValue.GetFields() {
+		fields := k.StructValue.GetFields()
+		for i, key := range slices.Sorted(maps.Keys(fields)) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			i++
 			b = appendJSONString(b, key)
 			b = append(b, ':')
-			b = appendJSON(b, e)
+			b = appendJSON(b, fields[key])
 		}
 		return append(b, '}')
 	}

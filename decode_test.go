@@ -37,6 +37,10 @@ func TestReadCluster(t *testing.T) {
 	}
 	// Only what the scheduler reads is read.
 	c.TypeMeta = v1alpha1.TypeMeta{}
+	c.Metadata.Labels = nil
+	for i := range c.Status.Conditions {
+		c.Status.Conditions[i] = v1alpha1.Condition{Type: c.Status.Conditions[i].Type, Status: c.Status.Conditions[i].Status}
+	}
 	if diff := cmp.Diff(c, got, jsonEqual); diff != "" {
 		t.Errorf("readCluster(...): -want, +got:\n%s", diff)
 	}
@@ -100,13 +104,20 @@ func TestReadErrors(t *testing.T) {
 			},
 			want: "spec.engines[0].members[0].deviceRequests[0].count: cannot use a number as a whole number",
 		},
-		"ClusterLabelsList": {
+		"ReplicaLabelsList": {
 			reason: "Labels that are not an object are refused.",
+			read: func() error {
+				_, err := readReplica(set(fx.Replica("m", "a", 0).Obj(), []string{"metadata", "labels"}, structpb.NewListValue(&structpb.ListValue{})))
+				return err
+			},
+			want: "metadata.labels: cannot use a list as an object",
+		},
+		"ClusterUnusedFieldIgnored": {
+			reason: "A malformed cluster field the scheduler has no use for does not fail the call.",
 			read: func() error {
 				_, err := readCluster(set(fx.Cluster("a").Obj(), []string{"metadata", "labels"}, structpb.NewListValue(&structpb.ListValue{})))
 				return err
 			},
-			want: "metadata.labels: cannot use a list as an object",
 		},
 		"ClusterDevicesNumber": {
 			reason: "A pool's devices that are not a list are refused.",
@@ -119,9 +130,12 @@ func TestReadErrors(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			err := tc.read()
-			if err == nil || err.Error() != tc.want {
-				t.Errorf("%s\nwant error %q, got %v", tc.reason, tc.want, err)
+			got := ""
+			if err := tc.read(); err != nil {
+				got = err.Error()
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("%s\nerror: -want, +got:\n%s", tc.reason, diff)
 			}
 		})
 	}

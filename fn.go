@@ -57,6 +57,10 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 		response.Fatal(rsp, err)
 		return rsp, nil
 	}
+	if err := validateXR(xr); err != nil {
+		response.Fatal(rsp, err)
+		return rsp, nil
+	}
 	f.logger().Debug("Running function", "xr", xr.Metadata.Namespace+"/"+xr.Metadata.Name, "tag", req.GetMeta().GetTag())
 
 	fleet, err := readFleet(req, rsp, xr)
@@ -118,7 +122,7 @@ type options struct {
 
 // readInput reads and validates the optional Input. Errors name the field.
 func readInput(req *fnv1.RunFunctionRequest) (options, error) {
-	opts := options{binding: scheduling.MostFree}
+	opts := options{binding: scheduling.Binding(v1beta1.DefaultAssumedBinding)}
 	maxAge, _ := time.ParseDuration(v1beta1.DefaultObservationMaxAge)
 	opts.maxAge = maxAge
 	if req.GetInput() == nil {
@@ -152,6 +156,20 @@ func readInput(req *fnv1.RunFunctionRequest) (options, error) {
 		return opts, fmt.Errorf("invalid Function input: %w", errs.ToAggregate())
 	}
 	return opts, nil
+}
+
+// validateXR refuses what the XRD would and the scheduler cannot work with:
+// engines are known by name, so two of one name are an error.
+func validateXR(xr *v1alpha1.ModelDeployment) error {
+	seen := map[string]bool{}
+	for i, e := range xr.Spec.Template.Spec.Engines {
+		if seen[e.Name] {
+			err := field.Duplicate(field.NewPath("spec", "template", "spec", "engines").Index(i).Child("name"), e.Name)
+			return fmt.Errorf("invalid ModelDeployment: %w", err)
+		}
+		seen[e.Name] = true
+	}
+	return nil
 }
 
 // decodeStruct decodes a protobuf Struct into a typed object. The error names
@@ -286,9 +304,7 @@ func isOurs(s *structpb.Struct, xr *v1alpha1.ModelDeployment) bool {
 
 // compose schedules and writes everything the response carries.
 func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, fl *fleet, opts options) error {
-	for _, w := range fl.warnings {
-		response.Warning(rsp, errors.New(w))
-	}
+	warn(rsp, fl.warnings)
 	retainOnly := setCacheCondition(rsp, fl)
 	if len(fl.clusters) == 0 {
 		response.ConditionFalse(rsp, condReplicasScheduled, reasonNoClusters)

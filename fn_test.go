@@ -202,6 +202,12 @@ func TestRunFunctionFatal(t *testing.T) {
 			req:    &fnv1.RunFunctionRequest{Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: badXR}}},
 			want:   "cannot read ModelDeployment: spec.replicas: cannot use a JSON string as int64",
 		},
+		"DuplicateEngineNames": {
+			reason: "Two engines of one name are refused, naming the field, rather than composed.",
+			req: request(t, fx.Deployment("m").Engines(fx.Standalone("main", fx.GPURequest(1)), fx.Gang("main", 1, fx.GPURequest(1))).Obj(),
+				[]any{fx.Cluster("a").Obj()}, nil),
+			want: `invalid ModelDeployment: spec.template.spec.engines[1].name: Duplicate value: "main"`,
+		},
 		"MissingXR": {
 			reason: "A request without an observed XR is Fatal, not a panic.",
 			req:    &fnv1.RunFunctionRequest{},
@@ -531,5 +537,28 @@ func TestRunFunctionInvalidSelectorKeepsReplicas(t *testing.T) {
 	wantPrefix := "Invalid nodeSelector CEL expression: engine main member 0 (Standalone) request gpu: selector #0: compilation failed: ERROR: <input>:1:17: Syntax error"
 	if c.GetReason() != reasonInvalidNodeSelector || c.GetStatus() != falseS || !strings.HasPrefix(c.GetMessage(), wantPrefix) {
 		t.Errorf("ReplicasScheduled: want False, %s, a message starting %q; got %v", reasonInvalidNodeSelector, wantPrefix, c)
+	}
+}
+
+func TestRunFunctionWarningsDoNotDependOnOrder(t *testing.T) {
+	garbage := func(name string) *v1alpha1.ModelReplica {
+		return fx.Replica("other", "a", 0).Name(name).Conditions(v1alpha1.Condition{Type: "PodsScheduled", Status: "True", LastTransitionTime: "soon"}).Obj()
+	}
+	bad := func(name string) *v1alpha1.InferenceCluster {
+		return fx.Cluster(name).Pools(fx.Pool("default", 2).Devices(fx.GPU("gpu", 1, "141Gi")).RawObservation(`"2026-10-20T20:07:00Z"`, `{"b":1,"a":2,"c":3}`, `[]`).Obj()).Obj()
+	}
+	xr := fx.Deployment("m").Obj()
+	first := run(t, request(t, xr, []any{bad("a"), bad("b")}, []any{garbage("r1"), garbage("r2")}))
+	for range 10 {
+		again := run(t, request(t, xr, []any{bad("b"), bad("a")}, []any{garbage("r2"), garbage("r1")}))
+		if diff := cmp.Diff(first.GetResults(), again.GetResults(), protocmp.Transform()); diff != "" {
+			t.Fatalf("results depend on the order of the inputs: -first, +again:\n%s", diff)
+		}
+		if diff := cmp.Diff(first.GetConditions(), again.GetConditions(), protocmp.Transform()); diff != "" {
+			t.Fatalf("conditions depend on the order of the inputs: -first, +again:\n%s", diff)
+		}
+	}
+	if n := len(first.GetResults()); n != 5 {
+		t.Errorf("want 4 warnings and 1 event, got %d results: %v", n, first.GetResults())
 	}
 }

@@ -176,7 +176,9 @@ func judge(p *v1alpha1.GPUPool, now time.Time, maxAge time.Duration) (verdict, b
 	}
 	a, n, h := absent(p.ObservedAt), absent(p.ObservedNodes), absent(p.NodesByFreeDevices)
 	switch {
-	case a && n && h:
+	case n && h:
+		// Neither count nor histogram: the agent is not reporting on the
+		// pool, whether or not it stamped observedAt.
 		return verdict{state: Missing}, true
 	case a || n || h:
 		return verdict{state: Invalid, why: "partly published"}, true

@@ -20,7 +20,7 @@ import (
 const (
 	maxBuckets        = 64
 	maxFreePerBucket  = 16
-	maxCount          = 1 << 20
+	maxCount          = scheduling.MaxCount
 	fieldNodesByFree  = "nodesByFreeDevices"
 	fieldObservedAt   = "observedAt"
 	fieldObservedNode = "observedNodes"
@@ -112,7 +112,9 @@ func Pool(p *v1alpha1.GPUPool, now time.Time, maxAge time.Duration) (*scheduling
 		fieldNodesByFree:  !isAbsent(p.NodesByFreeDevices),
 	}
 	switch {
-	case !present[fieldObservedAt] && !present[fieldObservedNode] && !present[fieldNodesByFree]:
+	case !present[fieldObservedNode] && !present[fieldNodesByFree]:
+		// The agent publishes neither for a pool it has not reported on or
+		// cannot observe, whether or not it stamps observedAt.
 		rep.State = Missing
 		return nil, rep
 	case !present[fieldObservedAt] || !present[fieldObservedNode] || !present[fieldNodesByFree]:

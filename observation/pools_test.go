@@ -188,6 +188,11 @@ func TestPool(t *testing.T) {
 				Defect: "observedAt: missing while the pool's other observation fields are set",
 			}},
 		},
+		"OnlyObservedAtIsMissing": {
+			reason: "An agent that stamps observedAt but publishes neither count nor histogram is not reporting on the pool: missing, no warning.",
+			args:   args{pool: l4().RawObservation(`"2026-10-20T20:06:00Z"`, "", "").Obj(), now: now, maxAge: maxAge},
+			want:   want{rep: PoolReport{Pool: "l4", State: Missing}},
+		},
 		"ObservedAtGarbage": {
 			reason: "An observedAt that is not RFC 3339 is invalid.",
 			args:   args{pool: l4().RawObservation(`"yesterday"`, "3", `[]`).Obj(), now: now, maxAge: maxAge},

@@ -160,20 +160,20 @@ func (s *pass) stampedClaim(cl *cluster, p *pool, l *poolLedger, reqs []v1alpha1
 	return claim
 }
 
+// stampKey identifies a pool and a list of stamped requests; every string
+// is quoted, so no two different lists share a key.
 func stampKey(cluster, pool string, reqs []v1alpha1.DeviceRequest) string {
 	var b strings.Builder
-	b.WriteString(cluster)
-	b.WriteByte(0)
-	b.WriteString(pool)
+	b.WriteString(strconv.Quote(cluster))
+	b.WriteString(strconv.Quote(pool))
 	for _, r := range reqs {
-		b.WriteByte(0)
-		b.WriteString(r.DeviceClassName)
-		b.WriteByte(1)
+		b.WriteByte('[')
+		b.WriteString(strconv.Quote(r.DeviceClassName))
 		b.WriteString(strconv.FormatInt(r.Count, 10))
 		for _, sel := range r.Selectors {
-			b.WriteByte(2)
-			b.WriteString(sel.CEL)
+			b.WriteString(strconv.Quote(sel.CEL))
 		}
+		b.WriteByte(']')
 	}
 	return b.String()
 }

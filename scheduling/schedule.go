@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 )
@@ -108,11 +109,22 @@ func (s *pass) ours(r *v1alpha1.ModelReplica) bool {
 // identityOf reads a replica's (cluster, index). A missing or malformed index
 // label reads as 0, the single-replica-per-cluster case it came from.
 func identityOf(r *v1alpha1.ModelReplica) identity {
-	i, err := strconv.Atoi(r.Metadata.Labels[v1alpha1.LabelReplicaIndex])
-	if err != nil {
-		i = 0
+	return identity{cluster: r.Spec.ClusterName, index: parseIndex(r.Metadata.Labels[v1alpha1.LabelReplicaIndex])}
+}
+
+// parseIndex reads an index label as Modelplane v0.3 (Python's int) does: a
+// sign and underscores between digits are allowed; anything else, or a
+// number past an int, reads as 0.
+func parseIndex(s string) int {
+	s = strings.TrimSpace(s)
+	if strings.Contains(s, "__") || strings.HasSuffix(s, "_") || strings.HasPrefix(strings.TrimLeft(s, "+-"), "_") {
+		return 0
 	}
-	return identity{cluster: r.Spec.ClusterName, index: i}
+	i, err := strconv.Atoi(strings.ReplaceAll(s, "_", ""))
+	if err != nil {
+		return 0
+	}
+	return i
 }
 
 // retain keeps each of this deployment's replicas whose cluster still exists

@@ -515,3 +515,26 @@ func TestScheduleFreeDevices(t *testing.T) {
 		})
 	}
 }
+
+func TestParseIndex(t *testing.T) {
+	cases := map[string]struct {
+		reason string
+		label  string
+		want   int
+	}{
+		"Plain":          {reason: "A decimal index.", label: "3", want: 3},
+		"Absent":         {reason: "No label reads as 0.", label: "", want: 0},
+		"Underscores":    {reason: "Python's int() reads 1_0 as 10.", label: "1_0", want: 10},
+		"DoubleUnderbar": {reason: "1__0 is not a number to Python either.", label: "1__0", want: 0},
+		"TrailingUnder":  {reason: "10_ is not a number.", label: "10_", want: 0},
+		"Garbage":        {reason: "Anything else reads as 0.", label: "x", want: 0},
+		"Overflow":       {reason: "A number past an int reads as 0.", label: "99999999999999999999999", want: 0},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := parseIndex(tc.label); got != tc.want {
+				t.Errorf("%s\nparseIndex(%q): want %d, got %d", tc.reason, tc.label, tc.want, got)
+			}
+		})
+	}
+}

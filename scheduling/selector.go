@@ -119,9 +119,11 @@ func (d *poolDevice) satisfies(programs []*program) bool {
 	return true
 }
 
-// maxCount bounds every published count (a million nodes, or devices on a
+// MaxCount bounds every published count (a million nodes, or devices on a
 // node), so sums and products of counts cannot overflow.
-const maxCount = 1 << 20
+const MaxCount = 1 << 20
+
+const maxCount = MaxCount
 
 // clampCount reads a published count: absent or negative is 0, and a huge
 // one is held at maxCount.

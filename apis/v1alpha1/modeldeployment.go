@@ -6,9 +6,8 @@ import "encoding/json"
 type ModelDeployment struct {
 	TypeMeta `json:",inline"`
 
-	Metadata ObjectMeta            `json:"metadata"`
-	Spec     ModelDeploymentSpec   `json:"spec"`
-	Status   ModelDeploymentStatus `json:"status,omitzero"`
+	Metadata ObjectMeta          `json:"metadata"`
+	Spec     ModelDeploymentSpec `json:"spec"`
 }
 
 // ModelDeploymentSpec is the desired state of a ModelDeployment.
@@ -64,15 +63,4 @@ type DeviceSelector struct {
 	Name      string     `json:"name"`
 	Count     *int64     `json:"count,omitempty"`
 	Selectors []Selector `json:"selectors,omitempty"`
-}
-
-// ModelDeploymentStatus is what the function reports on the XR.
-type ModelDeploymentStatus struct {
-	Replicas *ReplicaCounts `json:"replicas,omitempty"`
-}
-
-// ReplicaCounts counts a deployment's replicas.
-type ReplicaCounts struct {
-	Total int64 `json:"total"`
-	Ready int64 `json:"ready"`
 }
