@@ -75,7 +75,7 @@ func benchReplica(deployment, cluster, pool string, index int, gpus int64, sched
 	}
 	r := fx.Replica(deployment, cluster, index).
 		Name(sim.ReplicaName(deployment, cluster, index)).
-		Engines(v1alpha1.ReplicaEngine{Name: "main", Copies: fx.Ptr[int64](1), Members: []v1alpha1.ReplicaMember{{
+		Engines(v1alpha1.ReplicaEngine{Name: "main", Copies: new(int64(1)), Members: []v1alpha1.ReplicaMember{{
 			Role: v1alpha1.RoleStandalone, NodePoolName: pool, DeviceRequests: []v1alpha1.DeviceRequest{fx.Stamped(gpus)},
 			Template: vllmTemplate(model, gpus),
 		}}}).
@@ -435,9 +435,9 @@ func TestFleetSimThroughRunFunction(t *testing.T) {
 		binder sim.Binder
 		mode   sim.Mode
 	}{
-		{sim.LeastAllocated, sim.Lagging},
-		{sim.MostAllocated, sim.Fresh},
-		{sim.LeastAllocated, sim.WholeNode},
+		{sim.LeastAllocated, sim.Lagging()},
+		{sim.MostAllocated, sim.Fresh()},
+		{sim.LeastAllocated, sim.WholeNode()},
 	}
 	if testing.Short() {
 		runs = runs[:1]

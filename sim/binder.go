@@ -44,8 +44,10 @@ func (b Binder) bind(p *pod, rng *rand.Rand) bool {
 		if n.free < p.claim || (p.claim > 0 && n.hostsGang(p.gang)) {
 			continue
 		}
-		score := n.free // least-allocated: most free wins
+		var score int64
 		switch b {
+		case LeastAllocated:
+			score = n.free
 		case MostAllocated:
 			score = -n.free
 		case Random:

@@ -20,7 +20,6 @@
 package sim
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -128,14 +127,14 @@ func (c *simCluster) pool(name string) *simPool {
 // object renders the cluster as the InferenceCluster the function reads:
 // Ready, with a gateway, each pool with its published report if any.
 func (c *simCluster) object() *v1alpha1.InferenceCluster {
-	var pools []v1alpha1.GPUPool
+	pools := make([]v1alpha1.GPUPool, 0, len(c.pools))
 	for _, p := range c.pools {
 		w := fixture.Pool(p.spec.Name, int64(len(p.nodes))).Devices(fixture.GPU(DeviceName, p.spec.GPUsPerNode, p.spec.Memory))
 		if s := p.published; s != nil {
 			var buckets []fixture.Bucket
-			for free := len(s.byFree) - 1; free >= 0; free-- {
-				if s.byFree[free] > 0 {
-					buckets = append(buckets, fixture.NodesFree(s.byFree[free], DeviceName, int64(free)))
+			for free, nodes := range slices.Backward(s.byFree) {
+				if nodes > 0 {
+					buckets = append(buckets, fixture.NodesFree(nodes, DeviceName, int64(free)))
 				}
 			}
 			w.Observed(s.observedAt, int64(s.nodes), buckets...)
@@ -221,5 +220,3 @@ func (r *replica) release() {
 		p.node = nil
 	}
 }
-
-func byName(a, b *replica) int { return cmp.Compare(a.obj.Metadata.Name, b.obj.Metadata.Name) }

@@ -39,7 +39,8 @@ func PhysicalLimit(sc Scenario) Limit {
 	}
 	if len(shapes) == 1 {
 		var s Shape
-		for s = range shapes {
+		for name := range demand {
+			s = sc.Shapes[name]
 		}
 		fit := 0
 		for _, c := range sc.Clusters {

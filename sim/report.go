@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html"
 	"io"
+	"slices"
 	"strings"
 	"time"
 )
@@ -72,8 +73,26 @@ func WriteShapeTable(w io.Writer, rows []Row) error {
 	return err
 }
 
-// Colours of the modes in the chart, in Modes order.
-var modeColours = []string{"#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"}
+// modeColour is the chart colour of the i-th mode, in Modes order.
+func modeColour(i int) string {
+	colours := [...]string{"#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"}
+	return colours[i%len(colours)]
+}
+
+// modeDash dashes every other mode's line, so lines that coincide both
+// show.
+func modeDash(i int) string {
+	if i%2 == 0 && i > 0 {
+		return ` stroke-dasharray="7 4"`
+	}
+	return ""
+}
+
+// Chart layout: panels of pw x ph pixels, cols to a row.
+const (
+	cols, pw, ph      = 3, 300, 190
+	left, top, legend = 44, 30, 40
+)
 
 // WriteChart writes a hand-made SVG: one panel per scenario, GPUs allocated
 // (share of the fleet) over simulated time, one line per mode, and the
@@ -83,18 +102,14 @@ func WriteChart(w io.Writer, rows []Row, tick time.Duration) error {
 	var modes []string
 	byKey := map[[2]string]Row{}
 	for _, r := range rows {
-		if !contains(scenarios, r.Scenario.Name) {
+		if !slices.Contains(scenarios, r.Scenario.Name) {
 			scenarios = append(scenarios, r.Scenario.Name)
 		}
-		if !contains(modes, r.Mode.Name) {
+		if !slices.Contains(modes, r.Mode.Name) {
 			modes = append(modes, r.Mode.Name)
 		}
 		byKey[[2]string{r.Scenario.Name, r.Mode.Name}] = r
 	}
-	const (
-		cols, pw, ph      = 3, 300, 190
-		left, top, legend = 44, 30, 40
-	)
 	prows := (len(scenarios) + cols - 1) / cols
 	width := cols * (pw + left + 16)
 	height := legend + prows*(ph+top+36)
@@ -103,60 +118,20 @@ func WriteChart(w io.Writer, rows []Row, tick time.Duration) error {
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
 	for i, m := range modes {
 		x := 10 + i*230
-		dash := ""
-		if i%2 == 0 && i > 0 {
-			dash = ` stroke-dasharray="7 4"`
-		}
-		fmt.Fprintf(&b, `<line x1="%d" y1="16" x2="%d" y2="16" stroke="%s" stroke-width="2.5"%s/><text x="%d" y="20">%s</text>`+"\n", x, x+24, modeColours[i%len(modeColours)], dash, x+30, html.EscapeString(m))
+		fmt.Fprintf(&b, `<line x1="%d" y1="16" x2="%d" y2="16" stroke="%s" stroke-width="2.5"%s/><text x="%d" y="20">%s</text>`+"\n", x, x+24, modeColour(i), modeDash(i), x+30, html.EscapeString(m))
 	}
 	x := 10 + len(modes)*230
 	fmt.Fprintf(&b, `<line x1="%d" y1="16" x2="%d" y2="16" stroke="black" stroke-dasharray="4 3"/><text x="%d" y="20">physical limit</text>`+"\n", x, x+24, x+30)
 	for si, name := range scenarios {
+		runs := make([]*Row, len(modes))
+		for mi, m := range modes {
+			if r, ok := byKey[[2]string{name, m}]; ok {
+				runs[mi] = &r
+			}
+		}
 		ox := (si%cols)*(pw+left+16) + left
 		oy := legend + (si/cols)*(ph+top+36) + top
-		fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", ox, oy-8, html.EscapeString(name))
-		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#ccc"/>`+"\n", ox, oy, pw, ph)
-		var rounds int
-		var fleet int64
-		var limit int64
-		for _, m := range modes {
-			if r, ok := byKey[[2]string{name, m}]; ok {
-				rounds = max(rounds, len(r.Result.Series))
-				fleet, limit = r.Result.FleetGPUs, r.Limit.GPUs
-			}
-		}
-		if rounds < 2 || fleet == 0 {
-			continue
-		}
-		px := func(round int) float64 { return float64(ox) + float64(pw)*float64(round)/float64(rounds-1) }
-		py := func(g int64) float64 { return float64(oy+ph) - float64(ph)*float64(g)/float64(fleet) }
-		for _, f := range []int64{0, 25, 50, 75, 100} {
-			y := py(fleet * f / 100)
-			fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%d%%</text>`+"\n", ox, y, ox+pw, y, ox-4, y+4, f)
-		}
-		minutes := time.Duration(rounds-1) * tick
-		for m := time.Duration(0); m <= minutes; m += 5 * time.Minute {
-			xx := px(int(m / tick))
-			fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%dm</text>`+"\n", xx, oy+ph+14, int(m.Minutes()))
-		}
-		ly := py(limit)
-		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="black" stroke-dasharray="4 3"/>`+"\n", ox, ly, ox+pw, ly)
-		for mi, m := range modes {
-			r, ok := byKey[[2]string{name, m}]
-			if !ok {
-				continue
-			}
-			var pts []string
-			for _, p := range r.Result.Series {
-				pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(p.Round), py(p.GPUs)))
-			}
-			// Every other mode is dashed, so lines that coincide both show.
-			dash := ""
-			if mi%2 == 0 && mi > 0 {
-				dash = ` stroke-dasharray="7 4"`
-			}
-			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>`+"\n", modeColours[mi%len(modeColours)], dash, strings.Join(pts, " "))
-		}
+		writePanel(&b, ox, oy, name, runs, tick)
 	}
 	fmt.Fprintf(&b, `<text x="10" y="%d" fill="#555">GPUs held by bound pods, as a share of the fleet's GPUs, over simulated time (10s rounds).</text>`+"\n", height-6)
 	b.WriteString("</svg>\n")
@@ -164,11 +139,41 @@ func WriteChart(w io.Writer, rows []Row, tick time.Duration) error {
 	return err
 }
 
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
+// writePanel draws one scenario's panel at (ox, oy): a line per mode's run
+// (nil where a mode did not run) and the physical limit.
+func writePanel(b *strings.Builder, ox, oy int, name string, runs []*Row, tick time.Duration) {
+	fmt.Fprintf(b, `<text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", ox, oy-8, html.EscapeString(name))
+	fmt.Fprintf(b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#ccc"/>`+"\n", ox, oy, pw, ph)
+	var rounds int
+	var fleet, limit int64
+	for _, r := range runs {
+		if r != nil {
+			rounds = max(rounds, len(r.Result.Series))
+			fleet, limit = r.Result.FleetGPUs, r.Limit.GPUs
 		}
 	}
-	return false
+	if rounds < 2 || fleet == 0 {
+		return
+	}
+	px := func(round int) float64 { return float64(ox) + float64(pw)*float64(round)/float64(rounds-1) }
+	py := func(g int64) float64 { return float64(oy+ph) - float64(ph)*float64(g)/float64(fleet) }
+	for _, f := range []int64{0, 25, 50, 75, 100} {
+		y := py(fleet * f / 100)
+		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%d%%</text>`+"\n", ox, y, ox+pw, y, ox-4, y+4, f)
+	}
+	for m := time.Duration(0); m <= time.Duration(rounds-1)*tick; m += 5 * time.Minute {
+		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle">%dm</text>`+"\n", px(int(m/tick)), oy+ph+14, int(m.Minutes()))
+	}
+	ly := py(limit)
+	fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="black" stroke-dasharray="4 3"/>`+"\n", ox, ly, ox+pw, ly)
+	for mi, r := range runs {
+		if r == nil {
+			continue
+		}
+		pts := make([]string, 0, len(r.Result.Series))
+		for _, p := range r.Result.Series {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(p.Round), py(p.GPUs)))
+		}
+		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>`+"\n", modeColour(mi), modeDash(mi), strings.Join(pts, " "))
+	}
 }

@@ -15,13 +15,23 @@ type Mode struct {
 	Agent Agent
 }
 
-// The modes every scenario runs in.
-var (
-	WholeNode = Mode{Name: "whole-node"}
-	Fresh     = Mode{Name: "free-device, fresh agent", Agent: Agent{Enabled: true, Heartbeat: 10 * time.Second}}
-	Lagging   = Mode{Name: "free-device, lagging agent", Agent: Agent{Enabled: true, Heartbeat: 30 * time.Second, Lag: 60 * time.Second}}
-	Modes     = []Mode{WholeNode, Fresh, Lagging}
-)
+// WholeNode is a fleet without an agent: every pool on whole-node
+// accounting.
+func WholeNode() Mode { return Mode{Name: "whole-node"} }
+
+// Fresh is an agent that reports every 10s, visible from the next round.
+func Fresh() Mode {
+	return Mode{Name: "free-device, fresh agent", Agent: Agent{Enabled: true, Heartbeat: 10 * time.Second}}
+}
+
+// Lagging is an agent that reports every 30s, each report visible 60s
+// later.
+func Lagging() Mode {
+	return Mode{Name: "free-device, lagging agent", Agent: Agent{Enabled: true, Heartbeat: 30 * time.Second, Lag: 60 * time.Second}}
+}
+
+// Modes are the modes every scenario runs in.
+func Modes() []Mode { return []Mode{WholeNode(), Fresh(), Lagging()} }
 
 // Shape is a replica of identical engines, each of Pods pods claiming GPUs
 // apiece; a Gang engine's pods need distinct nodes of one pool.
@@ -75,10 +85,13 @@ func AssumedBinding(b Binder) scheduling.Binding {
 }
 
 // Pools of the scenarios: 8 nodes each, two per cluster, four clusters.
-var (
-	l4Pools   = []PoolSpec{{Name: "l4-a", Nodes: 8, GPUsPerNode: 4, Memory: "24Gi"}, {Name: "l4-b", Nodes: 8, GPUsPerNode: 4, Memory: "24Gi"}}
-	h100Pools = []PoolSpec{{Name: "h100-a", Nodes: 8, GPUsPerNode: 8, Memory: "80Gi"}, {Name: "h100-b", Nodes: 8, GPUsPerNode: 8, Memory: "80Gi"}}
-)
+func l4Pools() []PoolSpec {
+	return []PoolSpec{{Name: "l4-a", Nodes: 8, GPUsPerNode: 4, Memory: "24Gi"}, {Name: "l4-b", Nodes: 8, GPUsPerNode: 4, Memory: "24Gi"}}
+}
+
+func h100Pools() []PoolSpec {
+	return []PoolSpec{{Name: "h100-a", Nodes: 8, GPUsPerNode: 8, Memory: "80Gi"}, {Name: "h100-b", Nodes: 8, GPUsPerNode: 8, Memory: "80Gi"}}
+}
 
 // AtLeast20Gi selects a GPU with 20Gi of memory or more (an L4 has 24Gi).
 const AtLeast20Gi = `device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("20Gi")) >= 0`
@@ -111,28 +124,24 @@ func Scenarios() []Scenario {
 	gang := fixture.Deployment("x").Engines(fixture.Gang("main", 1, fixture.GPURequest(8))).Obj()
 
 	out := []Scenario{
-		uniform("l4-1gpu", "1-GPU replicas on pools of 4xL4 nodes", l4Pools, gpu1, Shape{1, 1, 1, false}, 56),
-		uniform("h100-4gpu", "4-GPU replicas on 8xH100 nodes", h100Pools, gpu4, Shape{1, 1, 4, false}, 28),
-		uniform("h100-pd", "prefill+decode replicas of 4+4 GPUs (two Standalone engines) on 8xH100", h100Pools, pd, Shape{2, 1, 4, false}, 14),
-		uniform("h100-gang", "multi-node gangs of two 8-GPU pods (Leader + 1 Worker) on 8xH100", h100Pools, gang, Shape{1, 2, 8, true}, 7),
+		uniform("l4-1gpu", "1-GPU replicas on pools of 4xL4 nodes", l4Pools(), gpu1, Shape{1, 1, 1, false}, 56),
+		uniform("h100-4gpu", "4-GPU replicas on 8xH100 nodes", h100Pools(), gpu4, Shape{1, 1, 4, false}, 28),
+		uniform("h100-pd", "prefill+decode replicas of 4+4 GPUs (two Standalone engines) on 8xH100", h100Pools(), pd, Shape{2, 1, 4, false}, 14),
+		uniform("h100-gang", "multi-node gangs of two 8-GPU pods (Leader + 1 Worker) on 8xH100", h100Pools(), gang, Shape{1, 2, 8, true}, 7),
 		mixed(),
 		silent(gpu1),
 	}
 	return out
 }
 
-// MixedShares is the mixed scenario's share of replicas by GPUs per replica:
-// 1, 2, 4 and 8 GPUs. Assumed proportions, not measured from a trace:
-// single-GPU requests are the majority in the public GPU-cluster traces
-// (Microsoft Philly, ATC'19; Alibaba PAI, NSDI'22; SenseTime Helios, SC'21)
-// but the exact split here is ours.
-var MixedShares = [4]int{50, 20, 20, 10}
-
 // mixed is ten deployments of 25 replicas, five of 1 GPU, two of 2, two of
-// 4 and one of 8, arriving 30s apart, small and large interleaved; the
-// first halves at round 33.
+// 4 and one of 8 (50/20/20/10% of replicas), arriving 30s apart, small and
+// large interleaved; the first halves at round 33. The shares are assumed,
+// not measured from a trace: single-GPU requests are the majority in the
+// public GPU-cluster traces (Microsoft Philly, ATC'19; Alibaba PAI, NSDI'22;
+// SenseTime Helios, SC'21), but the exact split here is ours.
 func mixed() Scenario {
-	sc := Scenario{Name: "h100-mixed", Summary: "1/2/4/8-GPU replicas (50/20/20/10% of replicas, assumed) on 8xH100", Clusters: Fleet(4, h100Pools...), Shapes: map[string]Shape{}, Rounds: 90}
+	sc := Scenario{Name: "h100-mixed", Summary: "1/2/4/8-GPU replicas (50/20/20/10% of replicas, assumed) on 8xH100", Clusters: Fleet(4, h100Pools()...), Shapes: map[string]Shape{}, Rounds: 90}
 	for i, g := range []int64{1, 2, 4, 1, 8, 1, 2, 4, 1, 1} {
 		n := fmt.Sprintf("h100-mixed-%d-%dgpu", i, g)
 		sel := fixture.MemAtLeast80Gi
@@ -147,7 +156,7 @@ func mixed() Scenario {
 // arrive before, while the last reports are still fresh (round 25), and
 // after they went stale (round 60).
 func silent(tmpl *v1alpha1.ModelDeployment) Scenario {
-	sc := Scenario{Name: "l4-agent-silent", Summary: "1-GPU replicas on 4xL4; the agent goes silent at 200s, its reports stale 5m later", Clusters: Fleet(4, l4Pools...), Shapes: map[string]Shape{}, Rounds: 90, AgentStopsAfter: 200 * time.Second}
+	sc := Scenario{Name: "l4-agent-silent", Summary: "1-GPU replicas on 4xL4; the agent goes silent at 200s, its reports stale 5m later", Clusters: Fleet(4, l4Pools()...), Shapes: map[string]Shape{}, Rounds: 90, AgentStopsAfter: 200 * time.Second}
 	for i, round := range []int{0, 10, 25, 60} {
 		n := fmt.Sprintf("l4-agent-silent-%d", i)
 		sc.Events = append(sc.Events, Event{Round: round, Name: n, Replicas: 80, Deployment: tmpl})

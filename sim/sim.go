@@ -81,8 +81,8 @@ type Result struct {
 // through the last round that changed the fleet.
 func (r Result) RoundsToConverge() int { return max(r.Settled-r.LastDemand, 0) + 1 }
 
-// Start is the simulated clock's origin.
-var Start = time.Date(2026, 10, 20, 20, 0, 0, 0, time.UTC)
+// start is the simulated clock's origin.
+func start() time.Time { return time.Date(2026, 10, 20, 20, 0, 0, 0, time.UTC) }
 
 type state struct {
 	cfg         Config
@@ -104,24 +104,13 @@ func Run(cfg Config) (*Result, error) {
 	if cfg.Binder == "" {
 		cfg.Binder = LeastAllocated
 	}
-	s := &state{cfg: cfg, deployments: map[string]*v1alpha1.ModelDeployment{}, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed))}
-	for _, c := range cfg.Clusters {
-		sc := &simCluster{name: c.Name}
-		for _, p := range c.Pools {
-			sp := &simPool{spec: p}
-			for range p.Nodes {
-				sp.nodes = append(sp.nodes, &node{free: p.GPUsPerNode})
-			}
-			sc.pools = append(sc.pools, sp)
-		}
-		s.clusters = append(s.clusters, sc)
-	}
+	s := newState(cfg)
 	res := &Result{FleetGPUs: FleetGPUs(cfg.Clusters)}
 	for _, e := range cfg.Events {
 		res.LastDemand = max(res.LastDemand, e.Round)
 	}
 	for round := range cfg.Rounds {
-		now := Start.Add(time.Duration(round) * cfg.Tick)
+		now := start().Add(time.Duration(round) * cfg.Tick)
 		s.demand(round)
 		s.publish(now)
 		changed, n, err := s.reconcile(now)
@@ -134,19 +123,49 @@ func Run(cfg Config) (*Result, error) {
 		if changed {
 			res.Settled = round
 		}
-		pt := Point{Round: round, Placed: len(s.replicas)}
-		for _, r := range s.replicas {
-			for _, p := range r.pods {
-				if p.node == nil {
-					pt.Pending++
-				} else {
-					pt.GPUs += p.claim
-				}
-			}
-		}
+		pt := s.point(round)
 		res.PendingMax = max(res.PendingMax, pt.Pending)
 		res.Series = append(res.Series, pt)
 	}
+	s.finish(res)
+	return res, nil
+}
+
+func newState(cfg Config) *state {
+	// The binder's ties are broken at random, reproducibly from the seed.
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed)) //nolint:gosec // Simulated tie-breaking, not security.
+	s := &state{cfg: cfg, deployments: map[string]*v1alpha1.ModelDeployment{}, rng: rng}
+	for _, c := range cfg.Clusters {
+		sc := &simCluster{name: c.Name}
+		for _, p := range c.Pools {
+			sp := &simPool{spec: p}
+			for range p.Nodes {
+				sp.nodes = append(sp.nodes, &node{free: p.GPUsPerNode})
+			}
+			sc.pools = append(sc.pools, sp)
+		}
+		s.clusters = append(s.clusters, sc)
+	}
+	return s
+}
+
+// point measures the fleet at the end of a round.
+func (s *state) point(round int) Point {
+	pt := Point{Round: round, Placed: len(s.replicas)}
+	for _, r := range s.replicas {
+		for _, p := range r.pods {
+			if p.node == nil {
+				pt.Pending++
+			} else {
+				pt.GPUs += p.claim
+			}
+		}
+	}
+	return pt
+}
+
+// finish fills in what the run ended with.
+func (s *state) finish(res *Result) {
 	for _, d := range s.deployments {
 		res.Wanted += int(d.Spec.Replicas)
 	}
@@ -161,7 +180,6 @@ func Run(cfg Config) (*Result, error) {
 	if n := len(res.Series); n > 0 {
 		res.GPUs, res.PendingEnd = res.Series[n-1].GPUs, res.Series[n-1].Pending
 	}
-	return res, nil
 }
 
 func (s *state) demand(round int) {
@@ -313,7 +331,10 @@ func setPodsScheduled(r *replica) {
 	if r.scheduledAt != nil {
 		c = v1alpha1.Condition{Type: observation.ConditionPodsScheduled, Status: "True", Reason: "PodsBound", LastTransitionTime: r.scheduledAt.UTC().Format(time.RFC3339)}
 	}
-	raw, _ := json.Marshal([]v1alpha1.Condition{c})
+	raw, err := json.Marshal([]v1alpha1.Condition{c})
+	if err != nil {
+		panic(err) // A list of plain conditions always encodes.
+	}
 	obj := *r.obj
 	obj.Status = &v1alpha1.ModelReplicaStatus{Conditions: raw}
 	r.obj = &obj

@@ -121,9 +121,9 @@ func TestRunReachesTheLimitWithAFreshAgent(t *testing.T) {
 		placed  int
 		pending int
 	}{
-		"Whole-node accounting places one 1-GPU replica per 4-GPU node.": {mode: WholeNode, placed: 10},
-		"A fresh agent lets the fleet fill every GPU.":                   {mode: Fresh, placed: 40},
-		"A lagging agent also fills every GPU, and overcommits nothing.": {mode: Lagging, placed: 40},
+		"Whole-node accounting places one 1-GPU replica per 4-GPU node.": {mode: WholeNode(), placed: 10},
+		"A fresh agent lets the fleet fill every GPU.":                   {mode: Fresh(), placed: 40},
+		"A lagging agent also fills every GPU, and overcommits nothing.": {mode: Lagging(), placed: 40},
 	}
 	for reason, tc := range cases {
 		t.Run(reason, func(t *testing.T) {
@@ -152,11 +152,11 @@ func TestAgent(t *testing.T) {
 	p := s.clusters[0].pools[0]
 	var publishedAt []string
 	for round := range 10 {
-		now := Start.Add(time.Duration(round) * s.cfg.Tick)
+		now := start().Add(time.Duration(round) * s.cfg.Tick)
 		s.publish(now)
 		at := "-"
 		if p.published != nil {
-			at = p.published.observedAt.Sub(Start).String()
+			at = p.published.observedAt.Sub(start()).String()
 		}
 		publishedAt = append(publishedAt, at)
 		s.sample(now, round)
@@ -194,7 +194,7 @@ func TestPhysicalLimitOfTheScenarios(t *testing.T) {
 func TestReport(t *testing.T) {
 	sc := tinyScenario(Shape{1, 1, 4, false}, 4, 3)
 	var rows []Row
-	for _, m := range Modes {
+	for _, m := range Modes() {
 		res, err := Run(sc.Config(m, LeastAllocated, Direct{}))
 		if err != nil {
 			t.Fatal(err)
