@@ -61,6 +61,9 @@ func warnObservations(rsp *fnv1.RunFunctionResponse, pools []observation.PoolRep
 		if p.State == observation.Invalid {
 			warnings = append(warnings, fmt.Sprintf("InferenceCluster %s pool %s: invalid observation, using whole-node accounting: %s", p.Cluster, p.Pool, p.Defect))
 		}
+		for _, d := range p.DeviceDefects {
+			warnings = append(warnings, fmt.Sprintf("InferenceCluster %s pool %s: %s; selectors that read it do not match the device", p.Cluster, p.Pool, d))
+		}
 	}
 	for _, f := range findings {
 		warnings = append(warnings, fmt.Sprintf("%s; treating its pods as not yet counted by any observation", f))

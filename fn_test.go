@@ -473,6 +473,24 @@ func TestRunFunctionConditions(t *testing.T) {
 				keys: []string{"replica-a-0"},
 			},
 		},
+		"MalformedDeviceFieldWarnsAndKeeps": {
+			reason: "A device capacity DRA cannot read is left out and warned of; a replica whose selector does not read it stays.",
+			req: func() *fnv1.RunFunctionRequest {
+				c := fx.Cluster("a").Obj()
+				c.Status.GPUPools[0].Devices[0].Capacity["bandwidth"] = v1alpha1.DeviceCapacityVal{Value: "fast"}
+				c.Status.GPUPools[0].Devices[0].Attributes["cc"] = v1alpha1.DeviceAttribute{Version: new("9.x")}
+				return request(t, fx.Deployment("m").Obj(), []any{c}, []any{fx.Replica("m", "a", 0).Obj()})
+			}(),
+			want: want{
+				results: []*fnv1.Result{
+					result(fnv1.Severity_SEVERITY_WARNING, `InferenceCluster a pool default: devices[gpu].attributes[cc]: "9.x" is not a semantic version; selectors that read it do not match the device`),
+					result(fnv1.Severity_SEVERITY_WARNING, `InferenceCluster a pool default: devices[gpu].capacity[bandwidth]: "fast" is not a quantity; selectors that read it do not match the device`),
+					result(fnv1.Severity_SEVERITY_NORMAL, "Scheduled 1 replicas across 1 clusters: a"),
+				},
+				ttl:  time.Minute,
+				keys: []string{"replica-a-0"},
+			},
+		},
 		"GarbageTimestampOnReplica": {
 			reason: "A PodsScheduled condition with a garbage time warns and the replica is charged.",
 			req:    request(t, fx.Deployment("m").Obj(), []any{observed}, []any{fx.Replica("other", "a", 0).Conditions(v1alpha1.Condition{Type: "PodsScheduled", Status: "True", LastTransitionTime: "yesterday"}).Obj()}),

@@ -58,6 +58,10 @@ type PoolReport struct {
 
 	// ExpiresAt is when a Usable report goes stale.
 	ExpiresAt time.Time
+
+	// DeviceDefects name the pool's device attributes and capacities that
+	// DRA's CEL cannot read, whatever the report's state.
+	DeviceDefects []string
 }
 
 // Reason renders why a pool is on whole-node accounting.
@@ -90,6 +94,11 @@ func Clusters(objs []*v1alpha1.InferenceCluster, now time.Time, maxAge time.Dura
 			p := &o.Status.GPUPools[i]
 			obs, rep := Pool(p, now, maxAge)
 			rep.Cluster, rep.ClusterReady = o.Metadata.Name, ready
+			for _, d := range p.Devices {
+				for _, defect := range scheduling.DeviceDefects(d) {
+					rep.DeviceDefects = append(rep.DeviceDefects, fmt.Sprintf("devices[%s].%s", d.Name, defect))
+				}
+			}
 			if obs != nil {
 				if _, dup := c.Observed[p.Name]; !dup {
 					c.Observed[p.Name] = obs

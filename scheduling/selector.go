@@ -3,6 +3,10 @@ package scheduling
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/blang/semver/v4"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -60,53 +64,76 @@ func (c programCache) get(expr string) *program {
 
 // poolDevice is a pool device made ready for CEL evaluation.
 type poolDevice struct {
-	spec    v1alpha1.Device
-	count   int64
-	input   dracel.Device
-	inputOK bool
+	spec  v1alpha1.Device
+	count int64
+	input dracel.Device
 }
 
 func newPoolDevice(d v1alpha1.Device) poolDevice {
-	pd := poolDevice{spec: d, count: clampCount(d.Count)}
-	pd.input, pd.inputOK = celDevice(d)
-	return pd
+	return poolDevice{spec: d, count: clampCount(d.Count), input: celDevice(d)}
 }
 
-// celDevice converts a published device to DRA's CEL input. A device whose
-// attributes or capacity cannot be converted matches no selector.
-func celDevice(d v1alpha1.Device) (dracel.Device, bool) {
+// celDevice converts a published device to DRA's CEL input. An attribute or
+// capacity DRA cannot read is left out, so only a selector that reads it
+// fails to match the device (DeviceDefects names them for a warning).
+func celDevice(d v1alpha1.Device) dracel.Device {
 	in := dracel.Device{
 		Driver:     d.Driver,
 		Attributes: make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(d.Attributes)),
 		Capacity:   make(map[resourceapi.QualifiedName]resourceapi.DeviceCapacity, len(d.Capacity)),
 	}
 	for name, a := range d.Attributes {
-		in.Attributes[resourceapi.QualifiedName(name)] = resourceapi.DeviceAttribute{
-			StringValue:  a.String,
-			VersionValue: a.Version,
-			BoolValue:    a.Bool,
-			IntValue:     a.Int,
+		if attr, defect := attributeValue(a); defect == "" {
+			in.Attributes[resourceapi.QualifiedName(name)] = attr
 		}
 	}
 	for name, c := range d.Capacity {
-		q, err := resource.ParseQuantity(c.Value)
-		if err != nil {
-			return in, false
+		if q, err := resource.ParseQuantity(c.Value); err == nil {
+			in.Capacity[resourceapi.QualifiedName(name)] = resourceapi.DeviceCapacity{Value: q}
 		}
-		in.Capacity[resourceapi.QualifiedName(name)] = resourceapi.DeviceCapacity{Value: q}
 	}
-	return in, true
+	return in
+}
+
+// attributeValue converts one attribute as DRA reads it: the first value set,
+// a version parsed as a semantic version.
+func attributeValue(a v1alpha1.DeviceAttribute) (resourceapi.DeviceAttribute, string) {
+	switch {
+	case a.Int != nil:
+		return resourceapi.DeviceAttribute{IntValue: a.Int}, ""
+	case a.Bool != nil:
+		return resourceapi.DeviceAttribute{BoolValue: a.Bool}, ""
+	case a.String != nil:
+		return resourceapi.DeviceAttribute{StringValue: a.String}, ""
+	case a.Version != nil:
+		if _, err := semver.Parse(*a.Version); err != nil {
+			return resourceapi.DeviceAttribute{}, fmt.Sprintf("%q is not a semantic version", *a.Version)
+		}
+		return resourceapi.DeviceAttribute{VersionValue: a.Version}, ""
+	}
+	return resourceapi.DeviceAttribute{}, "no value"
+}
+
+// DeviceDefects names, in order, each attribute and capacity of a published
+// device that DRA's CEL cannot read.
+func DeviceDefects(d v1alpha1.Device) []string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(d.Attributes)) {
+		if _, defect := attributeValue(d.Attributes[name]); defect != "" {
+			out = append(out, fmt.Sprintf("attributes[%s]: %s", name, defect))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(d.Capacity)) {
+		if _, err := resource.ParseQuantity(d.Capacity[name].Value); err != nil {
+			out = append(out, fmt.Sprintf("capacity[%s]: %q is not a quantity", name, d.Capacity[name].Value))
+		}
+	}
+	return out
 }
 
 // satisfies reports whether the device meets every selector. A CEL runtime
 // error, such as an attribute the device lacks, is a non-match.
 func (d *poolDevice) satisfies(programs []*program) bool {
-	if len(programs) == 0 {
-		return true
-	}
-	if !d.inputOK {
-		return false
-	}
 	for _, p := range programs {
 		if p == nil {
 			return false
