@@ -78,17 +78,43 @@ type ClusterVerdict struct {
 	Reason  Reason
 }
 
+// Bounds of a rendered shortfall, so a fleet of hundreds of clusters still
+// gives a condition message of a readable, storable size.
+const (
+	maxNamesPerReason = 8
+	maxShortfallBytes = 4096
+)
+
 // String renders the shortfall the way kube-scheduler renders a FitError:
-// "0/3 clusters can host another replica: a: not Ready; b: ...".
+// "0/3 clusters can host another replica: a: not Ready; b, c: ...".
+// Clusters with the same reason share it, in the order of their names.
 func (s *Shortfall) String() string {
 	if s == nil {
 		return ""
 	}
-	parts := make([]string, 0, len(s.Clusters))
+	var reasons []string
+	names := map[string][]string{}
 	for _, v := range s.Clusters {
-		parts = append(parts, v.Cluster+": "+v.Reason.String())
+		r := v.Reason.String()
+		if _, seen := names[r]; !seen {
+			reasons = append(reasons, r)
+		}
+		names[r] = append(names[r], v.Cluster)
 	}
-	return fmt.Sprintf("0/%d clusters can host another replica: %s", len(s.Clusters), strings.Join(parts, "; "))
+	parts := make([]string, 0, len(reasons))
+	for _, r := range reasons {
+		n := names[r]
+		list := strings.Join(n[:min(len(n), maxNamesPerReason)], ", ")
+		if len(n) > maxNamesPerReason {
+			list += fmt.Sprintf(" and %d more", len(n)-maxNamesPerReason)
+		}
+		parts = append(parts, list+": "+r)
+	}
+	msg := fmt.Sprintf("0/%d clusters can host another replica: %s", len(s.Clusters), strings.Join(parts, "; "))
+	if len(msg) > maxShortfallBytes {
+		msg = strings.ToValidUTF8(msg[:maxShortfallBytes], "") + " …"
+	}
+	return msg
 }
 
 func (r Reason) String() string {

@@ -260,7 +260,13 @@ func (s *pass) fill(kept []Placement, n int) ([]Placement, *Shortfall) {
 		if best == nil {
 			return placed, newShortfall(verdicts)
 		}
-		res, _ := s.reserveReplica(best)
+		// The trial on best was undone exactly, so reserving again gives the
+		// same placement; a failure here would be a ledger bug, and places
+		// nothing rather than a replica the ledger did not book.
+		res, why := s.reserveReplica(best)
+		if why != nil {
+			return placed, newShortfall([]ClusterVerdict{{Cluster: best.name, Reason: *why}})
+		}
 		if used[best.name] == nil {
 			used[best.name] = map[int]bool{}
 		}
