@@ -556,8 +556,8 @@ func TestShortfallString(t *testing.T) {
 		"Nil": {reason: "No shortfall renders as nothing.", want: ""},
 		"SharedReason": {
 			reason: "Clusters with the same reason share it; others keep their own.",
-			s: newShortfall([]ClusterVerdict{{Cluster: "b", Reason: full}, {Cluster: "c", Reason: Reason{Kind: ReasonNotReady}}, {Cluster: "a", Reason: full}}),
-			want: "0/3 clusters can host another replica: a, b: engine main: pool l4 needs 1 free node, has 0; c: not Ready",
+			s:      newShortfall([]ClusterVerdict{{Cluster: "b", Reason: full}, {Cluster: "c", Reason: Reason{Kind: ReasonNotReady}}, {Cluster: "a", Reason: full}}),
+			want:   "0/3 clusters can host another replica: a, b: engine main: pool l4 needs 1 free node, has 0; c: not Ready",
 		},
 		"ManyClusters": {
 			reason: "Past eight clusters of one reason, the rest are counted.",
