@@ -12,7 +12,8 @@ import (
 )
 
 // defaultMaxRecvMessageSizeMB holds a RunFunctionRequest carrying 10,000
-// ModelReplicas with room to spare; see the README for how it was measured.
+// ModelReplicas (about 36 MiB at a measured 3,697 bytes each) with room to
+// spare; see the README's Message size section.
 const defaultMaxRecvMessageSizeMB = 64
 
 // CLI of this function: the Crossplane function template's flags.
