@@ -26,6 +26,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 	"github.com/modelplaneai/fleet-scheduler/sim"
 )
@@ -462,4 +463,63 @@ func TestFleetSimThroughRunFunction(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkPodsScheduled measures, per replica, two ways to learn when a
+// replica's pods were scheduled: the function's (decode.go re-encodes
+// status.conditions as JSON with appendJSON, observation.Replicas parses it
+// back) and a walk of the protobuf Struct that reads only the PodsScheduled
+// condition. It prices the first fix docs/performance.md proposes.
+//
+//	go test -run '^$' -bench BenchmarkPodsScheduled -benchmem -cpu 1 .
+func BenchmarkPodsScheduled(b *testing.B) {
+	_, replicas := benchFleet(1_000)
+	structs := make([]*structpb.Struct, len(replicas))
+	for i, r := range replicas {
+		structs[i] = mustStruct(r)
+	}
+	b.Run("path=json-round-trip", func(b *testing.B) {
+		for b.Loop() {
+			objs := make([]*v1alpha1.ModelReplica, len(structs))
+			for i, s := range structs {
+				conds := s.GetFields()["status"].GetStructValue().GetFields()["conditions"]
+				objs[i] = &v1alpha1.ModelReplica{Status: &v1alpha1.ModelReplicaStatus{Conditions: appendJSON(nil, conds)}}
+			}
+			if rs, _ := observation.Replicas(objs); rs[0].ScheduledSince == nil {
+				b.Fatal("PodsScheduled not read")
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(structs)), "ns/replica")
+	})
+	b.Run("path=struct-walk", func(b *testing.B) {
+		for b.Loop() {
+			for _, s := range structs {
+				if podsScheduledSince(s) == nil {
+					b.Fatal("PodsScheduled not read")
+				}
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(structs)), "ns/replica")
+	})
+}
+
+// podsScheduledSince reads when PodsScheduled became True straight from a
+// ModelReplica's Struct; nil when it is not True or has no valid time.
+func podsScheduledSince(s *structpb.Struct) *time.Time {
+	status := s.GetFields()["status"].GetStructValue().GetFields()
+	for _, c := range status["conditions"].GetListValue().GetValues() {
+		f := c.GetStructValue().GetFields()
+		if f["type"].GetStringValue() != observation.ConditionPodsScheduled {
+			continue
+		}
+		if f["status"].GetStringValue() != "True" {
+			return nil
+		}
+		t, err := time.Parse(time.RFC3339, f["lastTransitionTime"].GetStringValue())
+		if err != nil {
+			return nil
+		}
+		return &t
+	}
+	return nil
 }
