@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"github.com/blang/semver/v4"
-
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	dracel "k8s.io/dynamic-resource-allocation/cel"
