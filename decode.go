@@ -140,7 +140,20 @@ func (r *structReader) metadata(fields map[string]*structpb.Value) v1alpha1.Obje
 func readReplica(s *structpb.Struct) (*v1alpha1.ModelReplica, error) {
 	r := &structReader{}
 	f := s.GetFields()
-	out := &v1alpha1.ModelReplica{Metadata: r.metadata(f)}
+	md := r.object(f["metadata"], "metadata")
+	out := &v1alpha1.ModelReplica{Metadata: v1alpha1.ObjectMeta{
+		Name:      r.str(md["name"], "metadata.name"),
+		Namespace: r.str(md["namespace"], "metadata.namespace"),
+	}}
+	// Only the two labels the scheduler reads, not a copy of them all.
+	if labels := r.object(md["labels"], "metadata.labels"); labels != nil {
+		out.Metadata.Labels = make(map[string]string, 2)
+		for _, k := range []string{v1alpha1.LabelDeployment, v1alpha1.LabelReplicaIndex} {
+			if v, ok := labels[k]; ok {
+				out.Metadata.Labels[k] = r.str(v, "metadata.labels."+k)
+			}
+		}
+	}
 	spec := r.object(f["spec"], "spec")
 	out.Spec.ClusterName = r.str(spec["clusterName"], "spec.clusterName")
 	for ei, ev := range r.list(spec["engines"], "spec.engines") {
@@ -176,11 +189,32 @@ func readReplica(s *structpb.Struct) (*v1alpha1.ModelReplica, error) {
 		}
 		out.Spec.Engines = append(out.Spec.Engines, e)
 	}
-	// Conditions stay raw: the observation package judges them.
 	if conds := r.object(f["status"], "status")["conditions"]; !absent(conds) {
-		out.Status = &v1alpha1.ModelReplicaStatus{Conditions: appendJSON(nil, conds)}
+		out.Status = &v1alpha1.ModelReplicaStatus{Conditions: podsScheduledJSON(conds)}
 	}
 	return out, r.err
+}
+
+// podsScheduledJSON keeps, raw, what the observation package judges of a
+// replica's conditions: the PodsScheduled ones, or all of it when it is not
+// a list of objects. Other conditions are never read, so never re-encoded.
+func podsScheduledJSON(conds *structpb.Value) json.RawMessage {
+	list, ok := conds.GetKind().(*structpb.Value_ListValue)
+	if !ok {
+		return appendJSON(nil, conds)
+	}
+	b := []byte{'['}
+	for _, c := range list.ListValue.GetValues() {
+		cf, isObject := c.GetKind().(*structpb.Value_StructValue)
+		if isObject && cf.StructValue.GetFields()["type"].GetStringValue() != "PodsScheduled" {
+			continue
+		}
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = appendJSON(b, c)
+	}
+	return append(b, ']')
 }
 
 // readCluster reads what the scheduler uses of an InferenceCluster: nothing
@@ -304,7 +338,21 @@ func appendJSON(b []byte, v *structpb.Value) []byte {
 	return append(b, "null"...)
 }
 
+// appendJSONString quotes s as JSON: plain printable ASCII, the common case,
+// directly; anything else through encoding/json.
 func appendJSONString(b []byte, s string) []byte {
+	plain := true
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
 	q, err := json.Marshal(s)
 	if err != nil {
 		return append(b, "null"...)

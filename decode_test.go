@@ -52,9 +52,14 @@ func TestReadReplica(t *testing.T) {
 	if err != nil {
 		t.Fatalf("readReplica(...): %v", err)
 	}
-	// Pod templates, the bulk of a replica, are not read.
+	// Pod templates, the bulk of a replica, are not read, nor labels other
+	// than the two the scheduler uses.
 	want := *r
 	want.TypeMeta = v1alpha1.TypeMeta{}
+	want.Metadata.Labels = map[string]string{
+		v1alpha1.LabelDeployment:   r.Metadata.Labels[v1alpha1.LabelDeployment],
+		v1alpha1.LabelReplicaIndex: r.Metadata.Labels[v1alpha1.LabelReplicaIndex],
+	}
 	if diff := cmp.Diff(&want, got, jsonEqual, cmpopts.IgnoreFields(v1alpha1.ReplicaMember{}, "Template")); diff != "" {
 		t.Errorf("readReplica(...): -want, +got:\n%s", diff)
 	}

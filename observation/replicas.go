@@ -1,6 +1,7 @@
 package observation
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -58,12 +59,14 @@ func scheduledSince(o *v1alpha1.ModelReplica) (*time.Time, string) {
 	}
 	for i, raw := range conds {
 		var c rawCondition
-		var typ string
-		if json.Unmarshal(raw, &c) != nil || json.Unmarshal(c.Type, &typ) != nil || typ != ConditionPodsScheduled {
+		if json.Unmarshal(raw, &c) != nil {
 			continue
 		}
-		var status string
-		if err := json.Unmarshal(c.Status, &status); err != nil {
+		if typ, ok := jsonString(c.Type); !ok || typ != ConditionPodsScheduled {
+			continue
+		}
+		status, ok := jsonString(c.Status)
+		if !ok {
 			return nil, fmt.Sprintf("status.conditions[%d].status: not a string", i)
 		}
 		if status != "True" {
@@ -73,8 +76,8 @@ func scheduledSince(o *v1alpha1.ModelReplica) (*time.Time, string) {
 		if isAbsent(c.LastTransitionTime) {
 			return nil, ""
 		}
-		var s string
-		if err := json.Unmarshal(c.LastTransitionTime, &s); err != nil {
+		s, ok := jsonString(c.LastTransitionTime)
+		if !ok {
 			return nil, field + ": not a string"
 		}
 		t, err := time.Parse(time.RFC3339, s)
@@ -84,4 +87,18 @@ func scheduledSince(o *v1alpha1.ModelReplica) (*time.Time, string) {
 		return &t, ""
 	}
 	return nil, ""
+}
+
+// jsonString reads a JSON string: one without escapes directly, any other
+// through encoding/json.
+func jsonString(raw json.RawMessage) (string, bool) {
+	t := bytes.TrimSpace(raw)
+	if len(t) >= 2 && t[0] == '"' && t[len(t)-1] == '"' && bytes.IndexByte(t[1:len(t)-1], '\\') < 0 && bytes.IndexByte(t[1:len(t)-1], '"') < 0 {
+		return string(t[1 : len(t)-1]), true
+	}
+	var s string
+	if err := json.Unmarshal(t, &s); err != nil {
+		return "", false
+	}
+	return s, true
 }
