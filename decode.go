@@ -126,15 +126,6 @@ func (r *structReader) stringMap(v *structpb.Value, path string) map[string]stri
 	return out
 }
 
-func (r *structReader) metadata(fields map[string]*structpb.Value) v1alpha1.ObjectMeta {
-	md := r.object(fields["metadata"], "metadata")
-	return v1alpha1.ObjectMeta{
-		Name:      r.str(md["name"], "metadata.name"),
-		Namespace: r.str(md["namespace"], "metadata.namespace"),
-		Labels:    r.stringMap(md["labels"], "metadata.labels"),
-	}
-}
-
 // readReplica reads what the scheduler uses of a ModelReplica: identity,
 // pins, stamped requests and status conditions.
 func readReplica(s *structpb.Struct) (*v1alpha1.ModelReplica, error) {
