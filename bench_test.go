@@ -25,6 +25,7 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
@@ -75,7 +76,7 @@ func benchReplica(deployment, cluster, pool string, index int, gpus int64, sched
 		model = "meta-llama-3-1-70b-instruct"
 	}
 	r := fx.Replica(deployment, cluster, index).
-		Name(sim.ReplicaName(deployment, cluster, index)).
+		Name(compose.ReplicaName(deployment, cluster, index)).
 		Engines(v1alpha1.ReplicaEngine{Name: "main", Copies: new(int64(1)), Members: []v1alpha1.ReplicaMember{{
 			Role: v1alpha1.RoleStandalone, NodePoolName: pool, DeviceRequests: []v1alpha1.DeviceRequest{fx.Stamped(gpus)},
 			Template: vllmTemplate(model, gpus),

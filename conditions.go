@@ -9,6 +9,7 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/crossplane/function-sdk-go/response"
 
+	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -86,10 +87,10 @@ func setPlanConditions(rsp *fnv1.RunFunctionResponse, plan *scheduling.Plan, obs
 	names := map[string]bool{}
 	for _, p := range plan.Replicas {
 		names[p.Cluster] = true
-		if _, ok := observed[replicaKey(p)]; ok {
+		if _, ok := observed[compose.ReplicaKey(p)]; ok {
 			anyObserved = true
 		}
-		if isReady(observed[replicaKey(p)]) {
+		if isReady(observed[compose.ReplicaKey(p)]) {
 			ready++
 		}
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
+	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -346,26 +347,26 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 func writeComposed(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, plan *scheduling.Plan, observed map[string]*fnv1.Resource) error {
 	ready := 0
 	for _, p := range plan.Replicas {
-		r, err := toResource(composeReplica(xr, p))
+		r, err := toResource(compose.Replica(xr, p))
 		if err != nil {
 			return err
 		}
-		if isReady(observed[replicaKey(p)]) {
+		if isReady(observed[compose.ReplicaKey(p)]) {
 			r.Ready = fnv1.Ready_READY_TRUE
 			ready++
 		}
-		rsp.Desired.Resources[replicaKey(p)] = r
-		if p.Gateway == "" || !isReady(observed[replicaKey(p)]) {
+		rsp.Desired.Resources[compose.ReplicaKey(p)] = r
+		if p.Gateway == "" || !isReady(observed[compose.ReplicaKey(p)]) {
 			continue
 		}
-		e, err := toResource(composeEndpoint(xr, p))
+		e, err := toResource(compose.Endpoint(xr, p))
 		if err != nil {
 			return err
 		}
-		if isReady(observed[endpointKey(p)]) {
+		if isReady(observed[compose.EndpointKey(p)]) {
 			e.Ready = fnv1.Ready_READY_TRUE
 		}
-		rsp.Desired.Resources[endpointKey(p)] = e
+		rsp.Desired.Resources[compose.EndpointKey(p)] = e
 	}
 	if err := writeStatus(rsp, len(plan.Replicas), ready); err != nil {
 		return err

@@ -20,7 +20,6 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
-	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
 var now = time.Date(2026, 10, 20, 20, 8, 0, 0, time.UTC)
@@ -331,33 +330,6 @@ func TestRunFunctionCompose(t *testing.T) {
 	wantStatus, _ := structpb.NewValue(map[string]any{"replicas": map[string]any{"total": 2.0, "ready": 1.0}})
 	if diff := cmp.Diff(wantStatus, rsp.GetDesired().GetComposite().GetResource().GetFields()["status"], protocmp.Transform()); diff != "" {
 		t.Errorf("XR status: -want, +got:\n%s", diff)
-	}
-}
-
-func TestReplicaName(t *testing.T) {
-	cases := map[string]struct {
-		reason     string
-		deployment string
-		p          scheduling.Placement
-		want       string
-	}{
-		"Short": {
-			reason:     "The name is the deployment's, then the SHA-256 of deployment-cluster-index cut to 5 hex characters.",
-			deployment: "qwen3-8b", p: scheduling.Placement{Cluster: "a", Index: 0},
-			want: "qwen3-8b-03a63",
-		},
-		"Long": {
-			reason:     "A long deployment name is cut to 57 characters and loses its trailing dashes.",
-			deployment: "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-x", p: scheduling.Placement{Cluster: "c", Index: 3},
-			want: "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-be81c",
-		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, replicaName(tc.deployment, tc.p)); diff != "" {
-				t.Errorf("%s\nreplicaName(...): -want, +got:\n%s", tc.reason, diff)
-			}
-		})
 	}
 }
 

@@ -1,4 +1,8 @@
-package main
+// Package compose builds what the function composes for a placement: the
+// ModelReplica, its ModelEndpoint, their names, keys and labels, as
+// Modelplane v0.3 derives them. It is shared by the function and the fleet
+// simulator, and knows nothing of the SDK.
+package compose
 
 import (
 	"crypto/sha256"
@@ -19,26 +23,28 @@ const (
 	hashLen     = 5
 )
 
-func replicaKey(p scheduling.Placement) string {
+// ReplicaKey is the composed-resource key of a placement's ModelReplica.
+func ReplicaKey(p scheduling.Placement) string {
 	return fmt.Sprintf("replica-%s-%d", p.Cluster, p.Index)
 }
 
-func endpointKey(p scheduling.Placement) string {
+// EndpointKey is the composed-resource key of a placement's ModelEndpoint.
+func EndpointKey(p scheduling.Placement) string {
 	return fmt.Sprintf("endpoint-%s-%d", p.Cluster, p.Index)
 }
 
-// replicaName is <prefix>-<hash>: the first five hex characters of the
+// ReplicaName is <prefix>-<hash>: the first five hex characters of the
 // SHA-256 of <deployment>-<cluster>-<index>, after the deployment name cut to
 // fit a DNS label.
-func replicaName(deployment string, p scheduling.Placement) string {
-	sum := sha256.Sum256([]byte(deployment + "-" + p.Cluster + "-" + strconv.Itoa(p.Index)))
+func ReplicaName(deployment, cluster string, index int) string {
+	sum := sha256.Sum256([]byte(deployment + "-" + cluster + "-" + strconv.Itoa(index)))
 	prefix := deployment[:min(len(deployment), dnsLabelMax-hashLen-1)]
 	return strings.TrimRight(prefix, "-") + "-" + hex.EncodeToString(sum[:])[:hashLen]
 }
 
-// childLabels are the template's labels, then the cluster's placement labels,
+// Labels are the template's labels, then the cluster's placement labels,
 // then the labels Modelplane manages, which win.
-func childLabels(xr *v1alpha1.ModelDeployment, p scheduling.Placement) map[string]string {
+func Labels(xr *v1alpha1.ModelDeployment, p scheduling.Placement) map[string]string {
 	labels := map[string]string{}
 	maps.Copy(labels, xr.Spec.Template.Metadata.Labels)
 	maps.Copy(labels, p.ClusterLabels)
@@ -48,16 +54,16 @@ func childLabels(xr *v1alpha1.ModelDeployment, p scheduling.Placement) map[strin
 	return labels
 }
 
-// composeReplica builds the ModelReplica of one placement: the deployment's
+// Replica builds the ModelReplica of one placement: the deployment's
 // engines with each member's pool and resolved device requests.
-func composeReplica(xr *v1alpha1.ModelDeployment, p scheduling.Placement) *v1alpha1.ModelReplica {
+func Replica(xr *v1alpha1.ModelDeployment, p scheduling.Placement) *v1alpha1.ModelReplica {
 	spec := xr.Spec.Template.Spec
 	r := &v1alpha1.ModelReplica{
 		TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelReplica},
 		Metadata: v1alpha1.ObjectMeta{
-			Name:      replicaName(xr.Metadata.Name, p),
+			Name:      ReplicaName(xr.Metadata.Name, p.Cluster, p.Index),
 			Namespace: xr.Metadata.Namespace,
-			Labels:    childLabels(xr, p),
+			Labels:    Labels(xr, p),
 		},
 		Spec: v1alpha1.ModelReplicaSpec{
 			ClusterName: p.Cluster,
@@ -97,14 +103,14 @@ func composeReplica(xr *v1alpha1.ModelDeployment, p scheduling.Placement) *v1alp
 	return r
 }
 
-// composeEndpoint builds the ModelEndpoint routing to a placement through its
+// Endpoint builds the ModelEndpoint routing to a placement through its
 // cluster's gateway.
-func composeEndpoint(xr *v1alpha1.ModelDeployment, p scheduling.Placement) *v1alpha1.ModelEndpoint {
-	name := replicaName(xr.Metadata.Name, p)
+func Endpoint(xr *v1alpha1.ModelDeployment, p scheduling.Placement) *v1alpha1.ModelEndpoint {
+	name := ReplicaName(xr.Metadata.Name, p.Cluster, p.Index)
 	rewrite := "/" + xr.Metadata.Namespace + "/" + name + "/"
 	return &v1alpha1.ModelEndpoint{
 		TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelEndpoint},
-		Metadata: v1alpha1.ObjectMeta{Name: name, Namespace: xr.Metadata.Namespace, Labels: childLabels(xr, p)},
+		Metadata: v1alpha1.ObjectMeta{Name: name, Namespace: xr.Metadata.Namespace, Labels: Labels(xr, p)},
 		Spec:     v1alpha1.ModelEndpointSpec{URL: "http://" + p.Gateway + rewrite + "v1", RewritePath: rewrite},
 	}
 }
