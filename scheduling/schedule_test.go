@@ -295,17 +295,24 @@ func TestSchedule(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			plan, err := Schedule(tc.args.snapshot)
-			if err != nil {
-				t.Fatalf("%s\nSchedule(...): unexpected error: %v", tc.reason, err)
-			}
-			if diff := cmp.Diff(tc.want.placed, summary(plan), cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("%s\nSchedule(...) placements: -want, +got:\n%s", tc.reason, diff)
-			}
-			if diff := cmp.Diff(tc.want.shortfall, plan.Shortfall.String()); diff != "" {
-				t.Errorf("%s\nSchedule(...) shortfall: -want, +got:\n%s", tc.reason, diff)
-			}
+			checkPlan(t, tc.reason, tc.args.snapshot, tc.want.placed, tc.want.shortfall)
 		})
+	}
+}
+
+// checkPlan schedules a snapshot and compares the placements and the
+// rendered shortfall with what a case wants.
+func checkPlan(t *testing.T, reason string, s Snapshot, placed []string, shortfall string) {
+	t.Helper()
+	plan, err := Schedule(s)
+	if err != nil {
+		t.Fatalf("%s\nSchedule(...): unexpected error: %v", reason, err)
+	}
+	if diff := cmp.Diff(placed, summary(plan), cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("%s\nSchedule(...) placements: -want, +got:\n%s", reason, diff)
+	}
+	if diff := cmp.Diff(shortfall, plan.Shortfall.String()); diff != "" {
+		t.Errorf("%s\nSchedule(...) shortfall: -want, +got:\n%s", reason, diff)
 	}
 }
 
@@ -502,16 +509,7 @@ func TestScheduleFreeDevices(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			plan, err := Schedule(tc.snapshot)
-			if err != nil {
-				t.Fatalf("%s\nSchedule(...): unexpected error: %v", tc.reason, err)
-			}
-			if diff := cmp.Diff(tc.want.placed, summary(plan), cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("%s\nSchedule(...) placements: -want, +got:\n%s", tc.reason, diff)
-			}
-			if diff := cmp.Diff(tc.want.shortfall, plan.Shortfall.String()); diff != "" {
-				t.Errorf("%s\nSchedule(...) shortfall: -want, +got:\n%s", tc.reason, diff)
-			}
+			checkPlan(t, tc.reason, tc.snapshot, tc.want.placed, tc.want.shortfall)
 		})
 	}
 }
