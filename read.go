@@ -1,0 +1,217 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
+	"github.com/modelplaneai/fleet-scheduler/scheduling"
+)
+
+// options is the validated function input.
+type options struct {
+	maxAge  time.Duration
+	binding scheduling.Binding
+}
+
+// readInput reads and validates the optional Input. Errors name the field.
+func readInput(req *fnv1.RunFunctionRequest) (options, error) {
+	opts := options{binding: scheduling.Binding(v1beta1.DefaultAssumedBinding)}
+	maxAge, _ := time.ParseDuration(v1beta1.DefaultObservationMaxAge)
+	opts.maxAge = maxAge
+	if req.GetInput() == nil {
+		return opts, nil
+	}
+	in, err := decodeStruct[v1beta1.Input](req.GetInput(), "Function input")
+	if err != nil {
+		return opts, err
+	}
+	var errs field.ErrorList
+	if in.ObservationMaxAge != nil {
+		d, err := time.ParseDuration(*in.ObservationMaxAge)
+		switch {
+		case err != nil:
+			errs = append(errs, field.Invalid(field.NewPath("observationMaxAge"), *in.ObservationMaxAge, "must be a duration such as 5m or 90s"))
+		case d <= 0:
+			errs = append(errs, field.Invalid(field.NewPath("observationMaxAge"), *in.ObservationMaxAge, "must be positive"))
+		default:
+			opts.maxAge = d
+		}
+	}
+	if in.AssumedBinding != nil {
+		switch b := *in.AssumedBinding; b {
+		case v1beta1.AssumedBindingMostFree, v1beta1.AssumedBindingLeastFree:
+			opts.binding = scheduling.Binding(b)
+		default:
+			errs = append(errs, field.NotSupported(field.NewPath("assumedBinding"), string(b), []string{string(v1beta1.AssumedBindingMostFree), string(v1beta1.AssumedBindingLeastFree)}))
+		}
+	}
+	if len(errs) > 0 {
+		return opts, fmt.Errorf("invalid Function input: %w", errs.ToAggregate())
+	}
+	return opts, nil
+}
+
+// readXR reads the observed ModelDeployment and refuses what the scheduler
+// cannot work with.
+func readXR(req *fnv1.RunFunctionRequest) (*v1alpha1.ModelDeployment, error) {
+	xr, err := decodeStruct[v1alpha1.ModelDeployment](req.GetObserved().GetComposite().GetResource(), "ModelDeployment")
+	if err != nil {
+		return nil, err
+	}
+	return xr, validateXR(xr)
+}
+
+// validateXR refuses what the XRD would and the scheduler cannot work with:
+// engines are known by name, so two of one name are an error.
+func validateXR(xr *v1alpha1.ModelDeployment) error {
+	seen := map[string]bool{}
+	for i, e := range xr.Spec.Template.Spec.Engines {
+		if seen[e.Name] {
+			err := field.Duplicate(field.NewPath("spec", "template", "spec", "engines").Index(i).Child("name"), e.Name)
+			return fmt.Errorf("invalid ModelDeployment: %w", err)
+		}
+		seen[e.Name] = true
+	}
+	return nil
+}
+
+// decodeStruct decodes a protobuf Struct into a typed object. The error names
+// the field that did not decode.
+func decodeStruct[T any](s *structpb.Struct, what string) (*T, error) {
+	if s == nil {
+		return nil, fmt.Errorf("cannot read %s: it is missing from the request", what)
+	}
+	b, err := protojson.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %s: %w", what, err)
+	}
+	out := new(T)
+	if err := json.Unmarshal(b, out); err != nil {
+		return nil, fmt.Errorf("cannot read %s: %w", what, describeJSONError(err))
+	}
+	return out, nil
+}
+
+// describeJSONError turns a decode error into one that names the field path.
+func describeJSONError(err error) error {
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		return fmt.Errorf("%s: cannot use a JSON %s as %s", te.Field, te.Value, te.Type)
+	}
+	return err
+}
+
+// fleet is the resolved required resources.
+type fleet struct {
+	clusters []*v1alpha1.InferenceCluster
+	replicas []*v1alpha1.ModelReplica
+	// cacheRef is the referenced ModelCache, nil when none is referenced.
+	cacheRef *v1alpha1.LocalRef
+	// cacheFound is whether the referenced ModelCache exists.
+	cacheFound bool
+	// warnings are replicas of other deployments that could not be read.
+	warnings []string
+}
+
+// readFleet asks for the required resources, the same on every call, and
+// reads them once Crossplane has resolved them. A nil fleet means not yet.
+func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment) (*fleet, error) {
+	spec := xr.Spec.Template.Spec
+	rsp.Requirements = &fnv1.Requirements{Resources: map[string]*fnv1.ResourceSelector{
+		requiredReplicas: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelReplica, Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{}}},
+	}}
+	out := &fleet{}
+	labels := map[string]string{}
+	if spec.ClusterSelector != nil {
+		maps.Copy(labels, spec.ClusterSelector.MatchLabels)
+	}
+	required := req.GetRequiredResources()
+	if spec.ModelCacheRef != nil {
+		out.cacheRef = spec.ModelCacheRef
+		ns := xr.Metadata.Namespace
+		rsp.Requirements.Resources[requiredCache] = &fnv1.ResourceSelector{
+			ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelCache,
+			Match: &fnv1.ResourceSelector_MatchName{MatchName: spec.ModelCacheRef.Name}, Namespace: &ns,
+		}
+		got, resolved := required[requiredCache]
+		if !resolved {
+			// Ask for the clusters too, as on every call, so Crossplane
+			// fetches everything in one round.
+			rsp.Requirements.Resources[requiredClusters] = clusterSelector(labels)
+			return nil, nil
+		}
+		if items := got.GetItems(); len(items) > 0 {
+			cache, err := decodeStruct[v1alpha1.ModelCache](items[0].GetResource(), "ModelCache "+spec.ModelCacheRef.Name)
+			if err != nil {
+				return nil, err
+			}
+			out.cacheFound = true
+			if cache.Spec.ClusterSelector != nil {
+				maps.Copy(labels, cache.Spec.ClusterSelector.MatchLabels)
+			}
+		}
+	}
+	rsp.Requirements.Resources[requiredClusters] = clusterSelector(labels)
+	clusters, okClusters := required[requiredClusters]
+	replicas, okReplicas := required[requiredReplicas]
+	if !okClusters || !okReplicas {
+		return nil, nil
+	}
+	for _, item := range clusters.GetItems() {
+		c, err := readCluster(item.GetResource())
+		if err != nil {
+			return nil, fmt.Errorf("cannot read InferenceCluster %s: %w", nameOf(item.GetResource()), err)
+		}
+		out.clusters = append(out.clusters, c)
+	}
+	for _, item := range replicas.GetItems() {
+		r, err := readReplica(item.GetResource())
+		if err != nil {
+			err = fmt.Errorf("cannot read ModelReplica %s: %w", nameOf(item.GetResource()), err)
+			// Our own replica must be read, or it would be dropped. Another
+			// deployment's cannot be charged; say so and go on.
+			if isOurs(item.GetResource(), xr) {
+				return nil, err
+			}
+			out.warnings = append(out.warnings, err.Error()+"; its capacity is not accounted")
+			continue
+		}
+		out.replicas = append(out.replicas, r)
+	}
+	return out, nil
+}
+
+// clusterSelector asks for every InferenceCluster with the labels; none
+// means every cluster.
+func clusterSelector(labels map[string]string) *fnv1.ResourceSelector {
+	return &fnv1.ResourceSelector{
+		ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindInferenceCluster,
+		Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: labels}},
+	}
+}
+
+// nameOf reads namespace/name of an object for error messages.
+func nameOf(s *structpb.Struct) string {
+	md := s.GetFields()["metadata"].GetStructValue().GetFields()
+	name := md["name"].GetStringValue()
+	if ns := md["namespace"].GetStringValue(); ns != "" {
+		return ns + "/" + name
+	}
+	return name
+}
+
+func isOurs(s *structpb.Struct, xr *v1alpha1.ModelDeployment) bool {
+	md := s.GetFields()["metadata"].GetStructValue().GetFields()
+	return md["namespace"].GetStringValue() == xr.Metadata.Namespace &&
+		md["labels"].GetStructValue().GetFields()[v1alpha1.LabelDeployment].GetStringValue() == xr.Metadata.Name
+}
