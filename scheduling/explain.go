@@ -148,17 +148,17 @@ func (p PoolShortage) String() string {
 	case p.WholeNode:
 		return fmt.Sprintf("pool %s needs %d free %s, has %d", p.Pool, p.Pods, plural(p.Pods, "node", "nodes"), p.Have)
 	case p.Gang:
-		return fmt.Sprintf("pool %s: gang needs %d %s with %s free, %d %s", p.Pool, p.Pods, plural(p.Pods, "node", "nodes"),
+		return fmt.Sprintf("pool %s: gang needs %d %s with %s, %d %s", p.Pool, p.Pods, plural(p.Pods, "node", "nodes"),
 			claimString(p.Claim), p.Have, plural(p.Have, "has", "have"))
 	}
-	return fmt.Sprintf("pool %s needs room for %d %s with %s free, has room for %d", p.Pool, p.Pods, plural(p.Pods, "pod", "pods"),
+	return fmt.Sprintf("pool %s needs room for %d %s with %s, has room for %d", p.Pool, p.Pods, plural(p.Pods, "pod", "pods"),
 		claimString(p.Claim), p.Have)
 }
 
 func claimString(c []DeviceCount) string {
 	parts := make([]string, 0, len(c))
 	for _, d := range c {
-		parts = append(parts, fmt.Sprintf("%d %s", d.Count, d.Name))
+		parts = append(parts, fmt.Sprintf("%d free %s", d.Count, d.Name))
 	}
 	return strings.Join(parts, " and ")
 }

@@ -405,24 +405,24 @@ func TestScheduleFreeDevices(t *testing.T) {
 			snapshot: snapshot(oneGPU().Replicas(9).Obj(), cluster(l4(3).Observed(observedAt, 1, fx.NodesFree(1, "gpu", 0)).Obj())),
 			want: want{
 				placed:    fourNodesOf(8),
-				shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 gpu free, has room for 0",
+				shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 free gpu, has room for 0",
 			},
 		},
 		"SurgeDoesNotGrowNegative": {
 			reason:   "During a surge observedNodes exceeds nodes; the pool grows by nothing, not by a negative count.",
 			snapshot: snapshot(oneGPU().Obj(), cluster(l4(2).Observed(observedAt, 3, fx.NodesFree(3, "gpu", 0)).Obj())),
-			want:     want{shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 gpu free, has room for 0"},
+			want:     want{shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 free gpu, has room for 0"},
 		},
 		"BootingNodeIsNeitherFreeNorGrowable": {
 			reason:   "A node in observedNodes but not in the histogram (booting) offers nothing.",
 			snapshot: snapshot(oneGPU().Obj(), cluster(l4(2).Observed(observedAt, 2, fx.NodesFree(1, "gpu", 0)).Obj())),
-			want:     want{shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 gpu free, has room for 0"},
+			want:     want{shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 free gpu, has room for 0"},
 		},
 		"GangNeedsDistinctNodes": {
 			reason: "A gang of two 4-GPU pods does not fit one node with 8 free.",
 			snapshot: snapshot(fx.Deployment("m").Engines(fx.Gang("main", 1, anyGPU(4))).Obj(),
 				cluster(h100(1).Observed(observedAt, 1, fx.NodesFree(1, "gpu", 8)).Obj())),
-			want: want{shortfall: "0/1 clusters can host another replica: a: engine main: pool h100: gang needs 2 nodes with 4 gpu free, 1 has"},
+			want: want{shortfall: "0/1 clusters can host another replica: a: engine main: pool h100: gang needs 2 nodes with 4 free gpu, 1 has"},
 		},
 		"GangFitsTwoHalfFreeNodes": {
 			reason: "The same gang fits two nodes with 4 free each.",
@@ -440,7 +440,7 @@ func TestScheduleFreeDevices(t *testing.T) {
 			reason: "MostFree puts the 4-GPU engine on the 8-free node, leaving no node for the 8-GPU engine.",
 			snapshot: snapshot(fx.Deployment("m").Engines(fx.Standalone("small", anyGPU(4)), fx.Standalone("big", anyGPU(8))).Obj(),
 				cluster(h100(2).Observed(observedAt, 2, fx.NodesFree(1, "gpu", 8), fx.NodesFree(1, "gpu", 4)).Obj())),
-			want: want{shortfall: "0/1 clusters can host another replica: a: engine big: pool h100 needs room for 1 pod with 8 gpu free, has room for 0"},
+			want: want{shortfall: "0/1 clusters can host another replica: a: engine big: pool h100 needs room for 1 pod with 8 free gpu, has room for 0"},
 		},
 		"LeastFreePacksAndFitsTheBigEngine": {
 			reason: "LeastFree puts the 4-GPU engine on the 4-free node, leaving the 8-free node for the 8-GPU engine.",
@@ -458,7 +458,7 @@ func TestScheduleFreeDevices(t *testing.T) {
 			reason: "A replica whose pods scheduled at the very time of the observation is charged: not strictly older.",
 			snapshot: snapshot(oneGPU().Obj(), cluster(l4(1).Observed(observedAt, 1, fx.NodesFree(1, "gpu", 4)).Obj()),
 				fx.Replica("other", "a", 0).Engines(fx.PinnedStandalone("main", "l4", stamped(4))).PodsScheduled("True", observedAt).Obj()),
-			want: want{shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 gpu free, has room for 0"},
+			want: want{shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 free gpu, has room for 0"},
 		},
 		"ScheduledAfterObservationIsCharged": {
 			reason: "A replica whose pods scheduled after observedAt is not yet in the histogram and is charged.",
@@ -466,20 +466,20 @@ func TestScheduleFreeDevices(t *testing.T) {
 				fx.Replica("other", "a", 0).Engines(fx.PinnedStandalone("main", "l4", stamped(3))).PodsScheduled("True", after).Obj()),
 			want: want{
 				placed:    []string{"a/0 main=l4 +"},
-				shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 gpu free, has room for 0",
+				shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 free gpu, has room for 0",
 			},
 		},
 		"NotScheduledIsCharged": {
 			reason: "A replica whose pods are not scheduled is charged whatever its timestamp.",
 			snapshot: snapshot(oneGPU().Obj(), cluster(l4(1).Observed(observedAt, 1, fx.NodesFree(1, "gpu", 4)).Obj()),
 				fx.Replica("other", "a", 0).Engines(fx.PinnedStandalone("main", "l4", stamped(4))).PodsScheduled("False", before).Obj()),
-			want: want{shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 gpu free, has room for 0"},
+			want: want{shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 free gpu, has room for 0"},
 		},
 		"NoConditionIsCharged": {
 			reason: "A replica with no PodsScheduled condition is charged.",
 			snapshot: snapshot(oneGPU().Obj(), cluster(l4(1).Observed(observedAt, 1, fx.NodesFree(1, "gpu", 4)).Obj()),
 				fx.Replica("other", "a", 0).Engines(fx.PinnedStandalone("main", "l4", stamped(4))).Obj()),
-			want: want{shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 gpu free, has room for 0"},
+			want: want{shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 free gpu, has room for 0"},
 		},
 		"UnresolvableStampedRequestTakesAWholeNode": {
 			reason: "A stamped request of a class the pool lacks is charged a whole node, conservatively.",
@@ -491,7 +491,7 @@ func TestScheduleFreeDevices(t *testing.T) {
 			reason: "A pending replica that fits no node holds the node with the most free, whole: here the only one.",
 			snapshot: snapshot(oneGPU().Obj(), cluster(l4(1).Observed(observedAt, 1, fx.NodesFree(1, "gpu", 2)).Obj()),
 				fx.Replica("other", "a", 0).Engines(fx.PinnedStandalone("main", "l4", stamped(4))).Obj()),
-			want: want{shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 gpu free, has room for 0"},
+			want: want{shortfall: "0/1 clusters can host another replica: a: engine main: pool l4 needs room for 1 pod with 1 free gpu, has room for 0"},
 		},
 		"UnfitChargeLeavesThePoolOpen": {
 			reason: "A pending 8-GPU replica on nodes with 4 free holds one node; the rest of the pool still takes new replicas.",
