@@ -734,17 +734,7 @@ func oracleWholeNode(f gFleet) ([]oPlacement, *Shortfall) {
 			free[key{c.name, p.name}] = max(p.nodes, 0)
 		}
 	}
-	keptIDs := map[[2]any]bool{}
-	load := map[string]int{}
-	used := map[string]map[int]bool{}
-	for _, k := range kept {
-		keptIDs[[2]any{k.Cluster, k.Index}] = true
-		load[k.Cluster]++
-		if used[k.Cluster] == nil {
-			used[k.Cluster] = map[int]bool{}
-		}
-		used[k.Cluster][k.Index] = true
-	}
+	keptIDs, load, used := oracleBook(kept)
 	for _, r := range f.replicas {
 		if f.ours(r) && !keptIDs[[2]any{r.cluster, r.index}] {
 			continue
@@ -1704,17 +1694,7 @@ func oracleFreeDevice(f gFleet, b Binding) []oPlacement {
 		return sortPlacements(out)
 	}
 	o := newOracleNodes(f, b)
-	keptIDs := map[[2]any]bool{}
-	load := map[string]int{}
-	used := map[string]map[int]bool{}
-	for _, k := range kept {
-		keptIDs[[2]any{k.Cluster, k.Index}] = true
-		load[k.Cluster]++
-		if used[k.Cluster] == nil {
-			used[k.Cluster] = map[int]bool{}
-		}
-		used[k.Cluster][k.Index] = true
-	}
+	keptIDs, load, used := oracleBook(kept)
 	type member = struct {
 		pods  int64
 		claim []int64
@@ -1868,4 +1848,21 @@ func TestPropertyFreeDeviceEqualsNodeOracle(t *testing.T) {
 			t.Errorf("seed %d (%s): Schedule(...) against the node-by-node oracle: -want, +got:\n%s", seed, b, diff)
 		}
 	}
+}
+
+// oracleBook is what both oracles track of the kept replicas: their
+// identities, how many each cluster hosts, and the indices in use there.
+func oracleBook(kept []oPlacement) (map[[2]any]bool, map[string]int, map[string]map[int]bool) {
+	keptIDs := map[[2]any]bool{}
+	load := map[string]int{}
+	used := map[string]map[int]bool{}
+	for _, k := range kept {
+		keptIDs[[2]any{k.Cluster, k.Index}] = true
+		load[k.Cluster]++
+		if used[k.Cluster] == nil {
+			used[k.Cluster] = map[int]bool{}
+		}
+		used[k.Cluster][k.Index] = true
+	}
+	return keptIDs, load, used
 }
