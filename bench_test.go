@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -27,7 +30,6 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
-	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 	"github.com/modelplaneai/fleet-scheduler/sim"
 )
@@ -206,39 +208,62 @@ func newReplicas(rsp *fnv1.RunFunctionResponse) int {
 	return n
 }
 
-// BenchmarkRunFunction runs RunFunction on 100 clusters x 8 freshly observed
-// pools carrying a number of other deployments' replicas, placing 8 new
-// replicas. Run it on one core:
+// BenchmarkRunFunction serves a request on 100 clusters x 8 freshly
+// observed pools carrying a number of other deployments' replicas, placing
+// 8 new replicas: the request's bytes as gRPC receives them, decoded by the
+// request codec, RunFunction, and the response encoded. Run it on one core:
 //
 //	go test -run '^$' -bench BenchmarkRunFunction -benchmem -cpu 1 -count 6 .
 func BenchmarkRunFunction(b *testing.B) {
 	for _, n := range []int{1_000, 2_500, 5_000, 10_000, 20_000, 50_000} {
 		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
 			clusters, replicas := benchFleet(n)
-			req := fleetRequest(benchDeployment(), clusters, replicas, nil)
-			rsp, err := runOnce(req, benchNow)
+			wire, err := proto.Marshal(fleetRequest(benchDeployment(), clusters, replicas, nil))
+			if err != nil {
+				b.Fatal(err)
+			}
+			rsp, err := serveWire(wire, benchNow)
 			if err != nil {
 				b.Fatal(err)
 			}
 			if got := newReplicas(rsp); got != benchNewReplicas {
 				b.Fatalf("placed %d replicas, want %d", got, benchNewReplicas)
 			}
-			size := proto.Size(req)
-			heap := peakHeap(func() { _, _ = runOnce(req, benchNow) })
+			heap := peakHeap(func() { _, _ = serveWire(wire, benchNow) })
 			cpu := cpuTime()
 			b.ResetTimer()
 			for b.Loop() {
-				if _, err := runOnce(req, benchNow); err != nil {
+				if _, err := serveWire(wire, benchNow); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
 			b.ReportMetric(float64(heap), "peak-heap-B")
-			b.ReportMetric(float64(size), "req-bytes")
-			b.ReportMetric(float64(size)/float64(n), "req-bytes/replica")
+			b.ReportMetric(float64(len(wire)), "req-bytes")
+			b.ReportMetric(float64(len(wire))/float64(n), "req-bytes/replica")
 		})
 	}
+}
+
+// serveWire does what the server does with a request's bytes: decodes
+// them with the request codec, runs the function, and encodes the response.
+func serveWire(wire []byte, now time.Time) (*fnv1.RunFunctionResponse, error) {
+	codec := requestCodec{CodecV2: encoding.GetCodecV2(grpcproto.Name)}
+	req := &fnv1.RunFunctionRequest{}
+	if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, req); err != nil {
+		return nil, err
+	}
+	rsp, err := runOnce(req, now)
+	if err != nil {
+		return nil, err
+	}
+	out, err := codec.Marshal(rsp)
+	if err != nil {
+		return nil, err
+	}
+	out.Free()
+	return rsp, nil
 }
 
 // BenchmarkSchedule is BenchmarkRunFunction without the protobuf boundary:
@@ -464,63 +489,4 @@ func TestFleetSimThroughRunFunction(t *testing.T) {
 			}
 		})
 	}
-}
-
-// BenchmarkPodsScheduled measures, per replica, two ways to learn when a
-// replica's pods were scheduled: the function's (decode.go re-encodes
-// status.conditions as JSON with appendJSON, observation.Replicas parses it
-// back) and a walk of the protobuf Struct that reads only the PodsScheduled
-// condition. It prices the first fix docs/performance.md proposes.
-//
-//	go test -run '^$' -bench BenchmarkPodsScheduled -benchmem -cpu 1 .
-func BenchmarkPodsScheduled(b *testing.B) {
-	_, replicas := benchFleet(1_000)
-	structs := make([]*structpb.Struct, len(replicas))
-	for i, r := range replicas {
-		structs[i] = mustStruct(r)
-	}
-	b.Run("path=json-round-trip", func(b *testing.B) {
-		for b.Loop() {
-			objs := make([]*v1alpha1.ModelReplica, len(structs))
-			for i, s := range structs {
-				conds := s.GetFields()["status"].GetStructValue().GetFields()["conditions"]
-				objs[i] = &v1alpha1.ModelReplica{Status: &v1alpha1.ModelReplicaStatus{Conditions: appendJSON(nil, conds)}}
-			}
-			if rs, _ := observation.Replicas(objs); rs[0].ScheduledSince == nil {
-				b.Fatal("PodsScheduled not read")
-			}
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(structs)), "ns/replica")
-	})
-	b.Run("path=struct-walk", func(b *testing.B) {
-		for b.Loop() {
-			for _, s := range structs {
-				if podsScheduledSince(s) == nil {
-					b.Fatal("PodsScheduled not read")
-				}
-			}
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(structs)), "ns/replica")
-	})
-}
-
-// podsScheduledSince reads when PodsScheduled became True straight from a
-// ModelReplica's Struct; nil when it is not True or has no valid time.
-func podsScheduledSince(s *structpb.Struct) *time.Time {
-	status := s.GetFields()["status"].GetStructValue().GetFields()
-	for _, c := range status["conditions"].GetListValue().GetValues() {
-		f := c.GetStructValue().GetFields()
-		if f["type"].GetStringValue() != observation.ConditionPodsScheduled {
-			continue
-		}
-		if f["status"].GetStringValue() != "True" {
-			return nil
-		}
-		t, err := time.Parse(time.RFC3339, f["lastTransitionTime"].GetStringValue())
-		if err != nil {
-			return nil
-		}
-		return &t
-	}
-	return nil
 }

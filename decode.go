@@ -1,352 +1,529 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"strconv"
-
-	"google.golang.org/protobuf/types/known/structpb"
+	"strings"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/observation"
 )
 
-// The fleet's InferenceClusters and ModelReplicas are read straight from
-// their protobuf Structs, field by field, rather than through JSON: a request
-// can carry tens of thousands of replicas, and only a few of their fields
-// matter here (pod templates, the bulk of a replica, are never read). A field
-// of the wrong type is an error that names it.
+// The fleet's InferenceClusters and ModelReplicas are read straight off
+// the wire (wire.go), field by field: a request can carry tens of thousands
+// of replicas, and only a few of their fields matter here (pod templates,
+// the bulk of a replica, are never read). A field of the wrong type is an
+// error that names it.
 
 // structReader reads typed values out of a protobuf Struct, keeping the
-// first type error it meets.
+// first type error it meets. The error names the field's path, which the
+// reader tracks as a stack of steps and spells out only then: most reads
+// never fail, and a request can hold millions of fields.
 type structReader struct {
-	err error
+	wireReader
+
+	err  error
+	path []step
+
+	// interned holds the strings read so far: cluster, pool, class and
+	// label values and CEL expressions repeat across thousands of replicas,
+	// and each is then allocated once; boxed, the same as decoded JSON.
+	interned map[string]string
+	boxed    map[string]any
 }
 
-func (r *structReader) fail(path, want string, v *structpb.Value) {
+// maxInterned bounds the strings a reader keeps.
+const maxInterned = 1 << 14
+
+// step is one level of a field path: an object's key, or a list's key and
+// an element's index.
+type step struct {
+	key   string
+	index int
+}
+
+const notAnElement = -1
+
+// enter descends into key, or into element index of the list at key.
+func (r *structReader) enter(key string, index int) {
+	r.path = append(r.path, step{key: key, index: index})
+}
+
+func (r *structReader) leave() { r.path = r.path[:len(r.path)-1] }
+
+// where spells out the path to leaf, a key of the current object; an empty
+// leaf is the current object itself.
+func (r *structReader) where(leaf string) string {
+	var b strings.Builder
+	for _, s := range r.path {
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(s.key)
+		if s.index != notAnElement {
+			b.WriteString("[" + strconv.Itoa(s.index) + "]")
+		}
+	}
+	if leaf != "" {
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(leaf)
+	}
+	return b.String()
+}
+
+func (r *structReader) fail(leaf, want string, v value) {
 	if r.err == nil {
-		r.err = fmt.Errorf("%s: cannot use %s as %s", path, kindOf(v), want)
+		r.err = fmt.Errorf("%s: cannot use %s as %s", r.where(leaf), v.describe(), want)
 	}
 }
 
-func kindOf(v *structpb.Value) string {
-	switch v.GetKind().(type) {
-	case *structpb.Value_StringValue:
-		return "a string"
-	case *structpb.Value_NumberValue:
-		return "a number"
-	case *structpb.Value_BoolValue:
-		return "a boolean"
-	case *structpb.Value_ListValue:
-		return "a list"
-	case *structpb.Value_StructValue:
-		return "an object"
+// malformed records bytes that are not the protobuf they claim to be.
+func (r *structReader) malformed(leaf string, err error) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%s: %w", r.where(leaf), err)
 	}
-	return "null"
 }
 
-func absent(v *structpb.Value) bool {
-	_, isNull := v.GetKind().(*structpb.Value_NullValue)
-	return v == nil || v.GetKind() == nil || isNull
-}
-
-func (r *structReader) object(v *structpb.Value, path string) map[string]*structpb.Value {
-	if absent(v) {
+func (r *structReader) object(v value, key string) object {
+	if v.absent() {
 		return nil
 	}
-	s, ok := v.GetKind().(*structpb.Value_StructValue)
-	if !ok {
-		r.fail(path, "an object", v)
+	if v.kind != kindStruct {
+		r.fail(key, "an object", v)
 		return nil
 	}
-	return s.StructValue.GetFields()
+	return object(v.raw)
 }
 
-func (r *structReader) list(v *structpb.Value, path string) []*structpb.Value {
-	if absent(v) {
+func (r *structReader) list(v value, key string) []value {
+	if v.absent() {
 		return nil
 	}
-	l, ok := v.GetKind().(*structpb.Value_ListValue)
-	if !ok {
-		r.fail(path, "a list", v)
+	if v.kind != kindList {
+		r.fail(key, "a list", v)
 		return nil
 	}
-	return l.ListValue.GetValues()
+	l, err := r.parseList(v.raw)
+	if err != nil {
+		r.malformed(key, err)
+	}
+	return l
 }
 
-func (r *structReader) str(v *structpb.Value, path string) string {
-	if absent(v) {
+func (r *structReader) str(v value, key string) string {
+	if v.absent() {
 		return ""
 	}
-	s, ok := v.GetKind().(*structpb.Value_StringValue)
-	if !ok {
-		r.fail(path, "a string", v)
+	if v.kind != kindString {
+		r.fail(key, "a string", v)
 		return ""
 	}
-	return s.StringValue
+	return r.intern(v.raw)
 }
 
-func (r *structReader) integer(v *structpb.Value, path string) *int64 {
-	if absent(v) {
+func (r *structReader) intern(b []byte) string {
+	if s, ok := r.interned[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if r.interned == nil {
+		r.interned = map[string]string{}
+	}
+	if len(r.interned) < maxInterned {
+		r.interned[s] = s
+	}
+	return s
+}
+
+// internAny is intern for a string in decoded JSON: boxed once.
+func (r *structReader) internAny(b []byte) any {
+	if a, ok := r.boxed[string(b)]; ok {
+		return a
+	}
+	var a any = string(b)
+	if r.boxed == nil {
+		r.boxed = map[string]any{}
+	}
+	if len(r.boxed) < maxInterned {
+		r.boxed[string(b)] = a
+	}
+	return a
+}
+
+// unique reads a string no other object shares, such as a name.
+func (r *structReader) unique(v value, key string) string {
+	if v.kind != kindString {
+		return r.str(v, key)
+	}
+	return string(v.raw)
+}
+
+func (r *structReader) integer(v value, key string) *int64 {
+	if v.absent() {
 		return nil
 	}
-	n, ok := v.GetKind().(*structpb.Value_NumberValue)
-	if !ok || n.NumberValue != math.Trunc(n.NumberValue) {
-		r.fail(path, "a whole number", v)
+	if v.kind != kindNumber || v.num != math.Trunc(v.num) {
+		r.fail(key, "a whole number", v)
 		return nil
 	}
 	// A huge count is held, not refused: the scheduler bounds every count.
-	i := int64(max(min(n.NumberValue, 1<<62), -(1 << 62)))
+	i := int64(max(min(v.num, 1<<62), -(1 << 62)))
 	return &i
 }
 
-func (r *structReader) boolean(v *structpb.Value, path string) *bool {
-	if absent(v) {
+func (r *structReader) boolean(v value, key string) *bool {
+	if v.absent() {
 		return nil
 	}
-	b, ok := v.GetKind().(*structpb.Value_BoolValue)
-	if !ok {
-		r.fail(path, "a boolean", v)
+	if v.kind != kindBool {
+		r.fail(key, "a boolean", v)
 		return nil
 	}
-	return &b.BoolValue
+	b := v.num != 0
+	return &b
 }
 
-func (r *structReader) stringMap(v *structpb.Value, path string) map[string]string {
-	fields := r.object(v, path)
+// decoded is a field kept as decoded JSON for the observation package: as
+// encoding/json decodes into an any, nil, bool, float64, string, []any or
+// map[string]any.
+func (r *structReader) decoded(v value, key string) any {
+	switch v.kind {
+	case kindNumber:
+		return boxNumber(v.num)
+	case kindString:
+		return r.internAny(v.raw)
+	case kindBool:
+		return v.num != 0
+	case kindStruct:
+		entries, err := r.object(v, key).entries()
+		if err != nil {
+			r.malformed(key, err)
+		}
+		out := make(map[string]any, len(entries))
+		r.enter(key, notAnElement)
+		for _, e := range entries {
+			k := r.intern(e.key)
+			out[k] = r.decoded(parseValue(e.val), k)
+		}
+		r.leave()
+		return out
+	case kindList:
+		l := r.list(v, key)
+		out := make([]any, len(l))
+		for i, e := range l {
+			r.enter(key, i)
+			out[i] = r.decoded(e, "")
+			r.leave()
+		}
+		return out
+	case kindMalformed:
+		r.malformed(key, errTruncated)
+	case kindAbsent, kindNull:
+	}
+	return nil
+}
+
+func (r *structReader) stringMap(v value, key string) map[string]string {
+	fields := r.object(v, key)
 	if fields == nil {
 		return nil
 	}
-	out := make(map[string]string, len(fields))
-	for _, k := range slices.Sorted(maps.Keys(fields)) {
-		out[k] = r.str(fields[k], path+"."+k)
+	r.enter(key, notAnElement)
+	defer r.leave()
+	keys := r.sortedKeys(fields, key)
+	out := make(map[string]string, len(keys))
+	for _, k := range keys {
+		out[k] = r.str(fields.get(k), k)
 	}
 	return out
 }
 
-// readReplica reads what the scheduler uses of a ModelReplica: identity,
-// pins, stamped requests and status conditions.
-func readReplica(s *structpb.Struct) (*v1alpha1.ModelReplica, error) {
-	r := &structReader{}
-	f := s.GetFields()
-	md := r.object(f["metadata"], "metadata")
-	out := &v1alpha1.ModelReplica{Metadata: v1alpha1.ObjectMeta{
-		Name:      r.str(md["name"], "metadata.name"),
-		Namespace: r.str(md["namespace"], "metadata.namespace"),
-	}}
-	// Only the two labels the scheduler reads, not a copy of them all.
-	if labels := r.object(md["labels"], "metadata.labels"); labels != nil {
-		out.Metadata.Labels = make(map[string]string, 2)
-		for _, k := range []string{v1alpha1.LabelDeployment, v1alpha1.LabelReplicaIndex} {
-			if v, ok := labels[k]; ok {
-				out.Metadata.Labels[k] = r.str(v, "metadata.labels."+k)
-			}
-		}
-	}
-	spec := r.object(f["spec"], "spec")
-	out.Spec.ClusterName = r.str(spec["clusterName"], "spec.clusterName")
-	for ei, ev := range r.list(spec["engines"], "spec.engines") {
-		ep := fmt.Sprintf("spec.engines[%d]", ei)
-		ef := r.object(ev, ep)
-		e := v1alpha1.ReplicaEngine{Name: r.str(ef["name"], ep+".name"), Copies: r.integer(ef["copies"], ep+".copies")}
-		for mi, mv := range r.list(ef["members"], ep+".members") {
-			mp := ep + ".members[" + strconv.Itoa(mi) + "]"
-			mf := r.object(mv, mp)
-			m := v1alpha1.ReplicaMember{
-				Role:         r.str(mf["role"], mp+".role"),
-				NodePoolName: r.str(mf["nodePoolName"], mp+".nodePoolName"),
-			}
-			if w := r.object(mf["worker"], mp+".worker"); w != nil {
-				if n := r.integer(w["nodes"], mp+".worker.nodes"); n != nil {
-					m.Worker = &v1alpha1.Worker{Nodes: *n}
-				}
-			}
-			for di, dv := range r.list(mf["deviceRequests"], mp+".deviceRequests") {
-				dp := mp + ".deviceRequests[" + strconv.Itoa(di) + "]"
-				df := r.object(dv, dp)
-				d := v1alpha1.DeviceRequest{Name: r.str(df["name"], dp+".name"), DeviceClassName: r.str(df["deviceClassName"], dp+".deviceClassName"), Count: 1}
-				if c := r.integer(df["count"], dp+".count"); c != nil {
-					d.Count = *c
-				}
-				for si, sv := range r.list(df["selectors"], dp+".selectors") {
-					sf := r.object(sv, dp+".selectors["+strconv.Itoa(si)+"]")
-					d.Selectors = append(d.Selectors, v1alpha1.Selector{CEL: r.str(sf["cel"], dp+".selectors["+strconv.Itoa(si)+"].cel")})
-				}
-				m.DeviceRequests = append(m.DeviceRequests, d)
-			}
-			e.Members = append(e.Members, m)
-		}
-		out.Spec.Engines = append(out.Spec.Engines, e)
-	}
-	if conds := r.object(f["status"], "status")["conditions"]; !absent(conds) {
-		out.Status = &v1alpha1.ModelReplicaStatus{Conditions: podsScheduledJSON(conds)}
-	}
-	return out, r.err
+// start readies the reader for a new object, dropping what it parsed of
+// the last one.
+func (r *structReader) start() {
+	r.reset()
+	r.err = nil
+	r.path = r.path[:0]
 }
 
-// podsScheduledJSON keeps, raw, what the observation package judges of a
-// replica's conditions: the PodsScheduled ones, or all of it when it is not
-// a list of objects. Other conditions are never read, so never re-encoded.
-func podsScheduledJSON(conds *structpb.Value) json.RawMessage {
-	list, ok := conds.GetKind().(*structpb.Value_ListValue)
-	if !ok {
-		return appendJSON(nil, conds)
+// sortedKeys are an object's distinct keys in order, so that of several bad
+// values the one named is always the same.
+func (r *structReader) sortedKeys(o object, key string) []string {
+	entries, err := o.entries()
+	if err != nil {
+		r.malformed(key, err)
 	}
-	b := []byte{'['}
-	for _, c := range list.ListValue.GetValues() {
-		cf, isObject := c.GetKind().(*structpb.Value_StructValue)
-		if isObject && cf.StructValue.GetFields()["type"].GetStringValue() != "PodsScheduled" {
+	keys := make([]string, 0, len(entries))
+	for _, e := range entries {
+		keys = append(keys, string(e.key))
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// readReplica reads what the scheduler uses of every ModelReplica: its
+// identity, its cluster and its PodsScheduled condition. Its engines, the
+// pins and stamped requests, are returned still on the wire for readPins:
+// the scheduler needs them only of the replicas it may charge or keep.
+func (r *structReader) readReplica(s []byte) (*v1alpha1.ModelReplica, value, error) {
+	r.start()
+	out := &v1alpha1.ModelReplica{}
+	// Each object is read in one walk of its entries.
+	var top [3]value
+	object(s).fields([]string{"metadata", "spec", "status"}, top[:])
+
+	var meta [3]value
+	r.object(top[0], "metadata").fields([]string{"name", "namespace", "labels"}, meta[:])
+	r.enter("metadata", notAnElement)
+	out.Metadata.Name = r.unique(meta[0], "name")
+	out.Metadata.Namespace = r.str(meta[1], "namespace")
+	// Only the two labels the scheduler reads, not a copy of them all.
+	if labels := r.object(meta[2], "labels"); labels != nil {
+		r.enter("labels", notAnElement)
+		labelKeys := [...]string{v1alpha1.LabelDeployment, v1alpha1.LabelReplicaIndex}
+		var vals [len(labelKeys)]value
+		labels.fields(labelKeys[:], vals[:])
+		out.Metadata.Labels = make(map[string]string, len(labelKeys))
+		for i, k := range labelKeys {
+			if vals[i].kind != kindAbsent {
+				out.Metadata.Labels[k] = r.str(vals[i], k)
+			}
+		}
+		r.leave()
+	}
+	r.leave()
+
+	var spec [2]value
+	r.object(top[1], "spec").fields([]string{"clusterName", "engines"}, spec[:])
+	r.enter("spec", notAnElement)
+	out.Spec.ClusterName = r.str(spec[0], "clusterName")
+	r.leave()
+
+	if conds := r.object(top[2], "status").get("conditions"); !conds.absent() {
+		r.enter("status", notAnElement)
+		out.Status = &v1alpha1.ModelReplicaStatus{Conditions: r.podsScheduledConditions(conds)}
+		r.leave()
+	}
+	return out, spec[1], r.err
+}
+
+// readPins reads a replica's spec.engines, as readReplica returned it.
+func (r *structReader) readPins(engines value, into *v1alpha1.ModelReplica) error {
+	r.start()
+	r.enter("spec", notAnElement)
+	for ei, ev := range r.list(engines, "engines") {
+		r.enter("engines", ei)
+		ef := r.object(ev, "")
+		e := v1alpha1.ReplicaEngine{Name: r.str(ef.get("name"), "name"), Copies: r.integer(ef.get("copies"), "copies")}
+		for mi, mv := range r.list(ef.get("members"), "members") {
+			r.enter("members", mi)
+			e.Members = append(e.Members, r.member(mv))
+			r.leave()
+		}
+		into.Spec.Engines = append(into.Spec.Engines, e)
+		r.leave()
+	}
+	r.leave()
+	return r.err
+}
+
+// member reads a replica member's pin, gang size and stamped requests; its
+// pod template, the bulk of a replica, is never read.
+func (r *structReader) member(v value) v1alpha1.ReplicaMember {
+	f := r.object(v, "")
+	m := v1alpha1.ReplicaMember{Role: r.str(f.get("role"), "role"), NodePoolName: r.str(f.get("nodePoolName"), "nodePoolName")}
+	if w := r.object(f.get("worker"), "worker"); w != nil {
+		r.enter("worker", notAnElement)
+		if n := r.integer(w.get("nodes"), "nodes"); n != nil {
+			m.Worker = &v1alpha1.Worker{Nodes: *n}
+		}
+		r.leave()
+	}
+	for di, dv := range r.list(f.get("deviceRequests"), "deviceRequests") {
+		r.enter("deviceRequests", di)
+		df := r.object(dv, "")
+		d := v1alpha1.DeviceRequest{Name: r.str(df.get("name"), "name"), DeviceClassName: r.str(df.get("deviceClassName"), "deviceClassName"), Count: 1}
+		if c := r.integer(df.get("count"), "count"); c != nil {
+			d.Count = *c
+		}
+		for si, sv := range r.list(df.get("selectors"), "selectors") {
+			r.enter("selectors", si)
+			d.Selectors = append(d.Selectors, v1alpha1.Selector{CEL: r.str(r.object(sv, "").get("cel"), "cel")})
+			r.leave()
+		}
+		m.DeviceRequests = append(m.DeviceRequests, d)
+		r.leave()
+	}
+	return m
+}
+
+// smallNumbers are the whole numbers 0 to 255 boxed once: the counts of a
+// histogram, which boxing each would allocate.
+var smallNumbers = func() (out [256]any) { //nolint:gochecknoglobals // A read-only table of boxed values.
+	for i := range out {
+		out[i] = float64(i)
+	}
+	return out
+}()
+
+func boxNumber(f float64) any {
+	if f >= 0 && f < float64(len(smallNumbers)) && f == math.Trunc(f) && !math.Signbit(f) {
+		return smallNumbers[int(f)]
+	}
+	return f
+}
+
+// podsScheduledConditions keeps, decoded, what the observation package
+// judges of a replica's conditions: of each PodsScheduled condition, at its
+// index, its type, status and lastTransitionTime; all of it when it is not a
+// list. Other conditions and fields are never read, so never decoded: a
+// replica carries several conditions, and a fleet thousands of replicas.
+func (r *structReader) podsScheduledConditions(conds value) any {
+	if conds.kind != kindList {
+		return r.decoded(conds, "conditions")
+	}
+	list := r.list(conds, "conditions")
+	out := make([]any, len(list))
+	for i, c := range list {
+		r.enter("conditions", i)
+		if c.kind != kindStruct {
+			out[i] = r.decoded(c, "")
+			r.leave()
 			continue
 		}
-		if len(b) > 1 {
-			b = append(b, ',')
+		// The fields of a condition observation.Replicas reads.
+		conditionKeys := [...]string{"type", "status", "lastTransitionTime"}
+		var fields [len(conditionKeys)]value
+		r.object(c, "").fields(conditionKeys[:], fields[:])
+		if isPodsScheduled(fields[0]) {
+			cond := make(map[string]any, len(conditionKeys))
+			for k, key := range conditionKeys {
+				if fields[k].kind != kindAbsent {
+					cond[key] = r.decoded(fields[k], key)
+				}
+			}
+			out[i] = cond
 		}
-		b = appendJSON(b, c)
+		r.leave()
 	}
-	return append(b, ']')
+	return out
+}
+
+func isPodsScheduled(typ value) bool {
+	return typ.kind == kindString && string(typ.raw) == observation.ConditionPodsScheduled
 }
 
 // readCluster reads what the scheduler uses of an InferenceCluster: nothing
 // more, so that a malformed field it has no use for cannot fail the call.
-func readCluster(s *structpb.Struct) (*v1alpha1.InferenceCluster, error) {
-	r := &structReader{}
-	f := s.GetFields()
-	md := r.object(f["metadata"], "metadata")
-	out := &v1alpha1.InferenceCluster{Metadata: v1alpha1.ObjectMeta{Name: r.str(md["name"], "metadata.name")}}
-	spec := r.object(f["spec"], "spec")
-	for ti, tv := range r.list(spec["taints"], "spec.taints") {
-		tp := fmt.Sprintf("spec.taints[%d]", ti)
-		tf := r.object(tv, tp)
-		out.Spec.Taints = append(out.Spec.Taints, v1alpha1.Taint{Key: r.str(tf["key"], tp+".key"), Value: r.str(tf["value"], tp+".value"), Effect: r.str(tf["effect"], tp+".effect")})
+func (r *structReader) readCluster(s []byte) (*v1alpha1.InferenceCluster, error) {
+	r.start()
+	f := object(s)
+	md := r.object(f.get("metadata"), "metadata")
+	r.enter("metadata", notAnElement)
+	out := &v1alpha1.InferenceCluster{Metadata: v1alpha1.ObjectMeta{Name: r.str(md.get("name"), "name")}}
+	r.leave()
+
+	spec := r.object(f.get("spec"), "spec")
+	r.enter("spec", notAnElement)
+	for ti, tv := range r.list(spec.get("taints"), "taints") {
+		r.enter("taints", ti)
+		tf := r.object(tv, "")
+		out.Spec.Taints = append(out.Spec.Taints, v1alpha1.Taint{Key: r.str(tf.get("key"), "key"), Value: r.str(tf.get("value"), "value"), Effect: r.str(tf.get("effect"), "effect")})
+		r.leave()
 	}
-	if pm := r.object(r.object(spec["placement"], "spec.placement")["metadata"], "spec.placement.metadata"); pm != nil {
-		out.Spec.Placement = &v1alpha1.Placement{Metadata: v1alpha1.TemplateMetadata{Labels: r.stringMap(pm["labels"], "spec.placement.metadata.labels")}}
-	}
-	status := r.object(f["status"], "status")
-	for ci, cv := range r.list(status["conditions"], "status.conditions") {
-		cp := fmt.Sprintf("status.conditions[%d]", ci)
-		cf := r.object(cv, cp)
-		out.Status.Conditions = append(out.Status.Conditions, v1alpha1.Condition{Type: r.str(cf["type"], cp+".type"), Status: r.str(cf["status"], cp+".status")})
-	}
-	if gw := r.object(status["gateway"], "status.gateway"); gw != nil {
-		out.Status.Gateway = &v1alpha1.Gateway{Hostname: r.str(gw["hostname"], "status.gateway.hostname"), Address: r.str(gw["address"], "status.gateway.address")}
-	}
-	for pi, pv := range r.list(status["gpuPools"], "status.gpuPools") {
-		pp := fmt.Sprintf("status.gpuPools[%d]", pi)
-		pf := r.object(pv, pp)
-		p := v1alpha1.GPUPool{Name: r.str(pf["name"], pp+".name"), Nodes: r.integer(pf["nodes"], pp+".nodes")}
-		for di, dv := range r.list(pf["devices"], pp+".devices") {
-			p.Devices = append(p.Devices, r.device(dv, fmt.Sprintf("%s.devices[%d]", pp, di)))
+	if placement := r.object(spec.get("placement"), "placement"); placement != nil {
+		r.enter("placement", notAnElement)
+		if pm := r.object(placement.get("metadata"), "metadata"); pm != nil {
+			r.enter("metadata", notAnElement)
+			out.Spec.Placement = &v1alpha1.Placement{Metadata: v1alpha1.TemplateMetadata{Labels: r.stringMap(pm.get("labels"), "labels")}}
+			r.leave()
 		}
-		// The agent's report stays raw: the observation package judges it.
-		p.ObservedNodes = rawOrNil(pf["observedNodes"])
-		p.ObservedAt = rawOrNil(pf["observedAt"])
-		p.NodesByFreeDevices = rawOrNil(pf["nodesByFreeDevices"])
-		out.Status.GPUPools = append(out.Status.GPUPools, p)
+		r.leave()
 	}
+	r.leave()
+
+	status := r.object(f.get("status"), "status")
+	r.enter("status", notAnElement)
+	for ci, cv := range r.list(status.get("conditions"), "conditions") {
+		r.enter("conditions", ci)
+		cf := r.object(cv, "")
+		out.Status.Conditions = append(out.Status.Conditions, v1alpha1.Condition{Type: r.str(cf.get("type"), "type"), Status: r.str(cf.get("status"), "status")})
+		r.leave()
+	}
+	if gw := r.object(status.get("gateway"), "gateway"); gw != nil {
+		r.enter("gateway", notAnElement)
+		out.Status.Gateway = &v1alpha1.Gateway{Hostname: r.str(gw.get("hostname"), "hostname"), Address: r.str(gw.get("address"), "address")}
+		r.leave()
+	}
+	for pi, pv := range r.list(status.get("gpuPools"), "gpuPools") {
+		r.enter("gpuPools", pi)
+		out.Status.GPUPools = append(out.Status.GPUPools, r.pool(pv))
+		r.leave()
+	}
+	r.leave()
 	return out, r.err
 }
 
-func (r *structReader) device(v *structpb.Value, path string) v1alpha1.Device {
-	f := r.object(v, path)
-	d := v1alpha1.Device{
-		Name: r.str(f["name"], path+".name"), Claim: r.str(f["claim"], path+".claim"), Driver: r.str(f["driver"], path+".driver"),
-		DeviceClassName: r.str(f["deviceClassName"], path+".deviceClassName"), Count: r.integer(f["count"], path+".count"),
+// pool reads a GPU pool; the agent's report is only decoded, for the
+// observation package to judge.
+func (r *structReader) pool(v value) v1alpha1.GPUPool {
+	f := r.object(v, "")
+	p := v1alpha1.GPUPool{
+		Name: r.str(f.get("name"), "name"), Nodes: r.integer(f.get("nodes"), "nodes"),
+		ObservedNodes:      r.decoded(f.get("observedNodes"), "observedNodes"),
+		ObservedAt:         r.decoded(f.get("observedAt"), "observedAt"),
+		NodesByFreeDevices: r.decoded(f.get("nodesByFreeDevices"), "nodesByFreeDevices"),
 	}
-	if attrs := r.object(f["attributes"], path+".attributes"); attrs != nil {
-		d.Attributes = make(map[string]v1alpha1.DeviceAttribute, len(attrs))
-		for _, k := range slices.Sorted(maps.Keys(attrs)) {
-			av := attrs[k]
-			ap := path + ".attributes." + k
-			af := r.object(av, ap)
-			a := v1alpha1.DeviceAttribute{Int: r.integer(af["int"], ap+".int"), Bool: r.boolean(af["bool"], ap+".bool")}
-			if !absent(af["string"]) {
-				s := r.str(af["string"], ap+".string")
+	for di, dv := range r.list(f.get("devices"), "devices") {
+		r.enter("devices", di)
+		p.Devices = append(p.Devices, r.device(dv))
+		r.leave()
+	}
+	return p
+}
+
+func (r *structReader) device(v value) v1alpha1.Device {
+	f := r.object(v, "")
+	d := v1alpha1.Device{
+		Name: r.str(f.get("name"), "name"), Claim: r.str(f.get("claim"), "claim"), Driver: r.str(f.get("driver"), "driver"),
+		DeviceClassName: r.str(f.get("deviceClassName"), "deviceClassName"), Count: r.integer(f.get("count"), "count"),
+	}
+	if attrs := r.object(f.get("attributes"), "attributes"); attrs != nil {
+		r.enter("attributes", notAnElement)
+		keys := r.sortedKeys(attrs, "")
+		d.Attributes = make(map[string]v1alpha1.DeviceAttribute, len(keys))
+		for _, k := range keys {
+			af := r.object(attrs.get(k), k)
+			r.enter(k, notAnElement)
+			a := v1alpha1.DeviceAttribute{Int: r.integer(af.get("int"), "int"), Bool: r.boolean(af.get("bool"), "bool")}
+			if !af.get("string").absent() {
+				s := r.str(af.get("string"), "string")
 				a.String = &s
 			}
-			if !absent(af["version"]) {
-				s := r.str(af["version"], ap+".version")
+			if !af.get("version").absent() {
+				s := r.str(af.get("version"), "version")
 				a.Version = &s
 			}
 			d.Attributes[k] = a
+			r.leave()
 		}
+		r.leave()
 	}
-	if capacity := r.object(f["capacity"], path+".capacity"); capacity != nil {
-		d.Capacity = make(map[string]v1alpha1.DeviceCapacityVal, len(capacity))
-		for _, k := range slices.Sorted(maps.Keys(capacity)) {
-			cv := capacity[k]
-			d.Capacity[k] = v1alpha1.DeviceCapacityVal{Value: r.str(r.object(cv, path+".capacity."+k)["value"], path+".capacity."+k+".value")}
+	if capacity := r.object(f.get("capacity"), "capacity"); capacity != nil {
+		r.enter("capacity", notAnElement)
+		keys := r.sortedKeys(capacity, "")
+		d.Capacity = make(map[string]v1alpha1.DeviceCapacityVal, len(keys))
+		for _, k := range keys {
+			cf := r.object(capacity.get(k), k)
+			r.enter(k, notAnElement)
+			d.Capacity[k] = v1alpha1.DeviceCapacityVal{Value: r.str(cf.get("value"), "value")}
+			r.leave()
 		}
+		r.leave()
 	}
 	return d
-}
-
-func rawOrNil(v *structpb.Value) json.RawMessage {
-	if absent(v) {
-		return nil
-	}
-	return appendJSON(nil, v)
-}
-
-// appendJSON encodes a protobuf Value as JSON, as protojson would, without
-// its reflection: it serves the small status fields kept raw.
-func appendJSON(b []byte, v *structpb.Value) []byte {
-	switch k := v.GetKind().(type) {
-	case *structpb.Value_StringValue:
-		return appendJSONString(b, k.StringValue)
-	case *structpb.Value_NumberValue:
-		if math.IsInf(k.NumberValue, 0) || math.IsNaN(k.NumberValue) {
-			return append(b, "null"...)
-		}
-		return strconv.AppendFloat(b, k.NumberValue, 'g', -1, 64)
-	case *structpb.Value_BoolValue:
-		return strconv.AppendBool(b, k.BoolValue)
-	case *structpb.Value_ListValue:
-		b = append(b, '[')
-		for i, e := range k.ListValue.GetValues() {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSON(b, e)
-		}
-		return append(b, ']')
-	case *structpb.Value_StructValue:
-		// Keys in order, so that what quotes this JSON never flaps.
-		b = append(b, '{')
-		fields := k.StructValue.GetFields()
-		for i, key := range slices.Sorted(maps.Keys(fields)) {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, key)
-			b = append(b, ':')
-			b = appendJSON(b, fields[key])
-		}
-		return append(b, '}')
-	}
-	return append(b, "null"...)
-}
-
-// appendJSONString quotes s as JSON: plain printable ASCII, the common case,
-// directly; anything else through encoding/json.
-func appendJSONString(b []byte, s string) []byte {
-	plain := true
-	for i := range len(s) {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			plain = false
-			break
-		}
-	}
-	if plain {
-		b = append(b, '"')
-		b = append(b, s...)
-		return append(b, '"')
-	}
-	q, err := json.Marshal(s)
-	if err != nil {
-		return append(b, "null"...)
-	}
-	return append(b, q...)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
@@ -31,7 +32,7 @@ func TestReadCluster(t *testing.T) {
 	c.Status.GPUPools[0].Devices[0].Attributes["cc"] = v1alpha1.DeviceAttribute{Version: new("9.0.0")}
 	c.Status.GPUPools[0].Devices[0].Attributes["pcie"] = v1alpha1.DeviceAttribute{Int: new(int64(5))}
 	c.Status.GPUPools[0].Devices[0].Attributes["mig"] = v1alpha1.DeviceAttribute{Bool: new(false)}
-	got, err := readCluster(toStruct(t, c))
+	got, err := readClusterStruct(toStruct(t, c))
 	if err != nil {
 		t.Fatalf("readCluster(...): %v", err)
 	}
@@ -42,29 +43,33 @@ func TestReadCluster(t *testing.T) {
 		c.Status.Conditions[i] = v1alpha1.Condition{Type: c.Status.Conditions[i].Type, Status: c.Status.Conditions[i].Status}
 	}
 	if diff := cmp.Diff(c, got, jsonEqual); diff != "" {
-		t.Errorf("readCluster(...): -want, +got:\n%s", diff)
+		t.Errorf("readClusterStruct(...): -want, +got:\n%s", diff)
 	}
 }
 
 func TestReadReplica(t *testing.T) {
 	r := fx.Replica("m", "a", 3).Engines(fx.PinnedGang("main", "h100", 2, fx.Stamped(4))).PodsScheduled("True", now.Add(-time.Minute)).Obj()
-	got, err := readReplica(toStruct(t, r))
+	got, err := readReplicaStruct(toStruct(t, r))
 	if err != nil {
-		t.Fatalf("readReplica(...): %v", err)
+		t.Fatalf("readReplicaStruct(...): %v", err)
 	}
 	// Pod templates, the bulk of a replica, are not read, nor labels other
-	// than the two the scheduler uses.
+	// than the two the scheduler uses, nor fields of PodsScheduled other
+	// than the three the observation package judges.
 	want := *r
+	want.Status = &v1alpha1.ModelReplicaStatus{Conditions: []any{map[string]any{
+		"type": "PodsScheduled", "status": "True", "lastTransitionTime": now.Add(-time.Minute).UTC().Format(time.RFC3339),
+	}}}
 	want.TypeMeta = v1alpha1.TypeMeta{}
 	want.Metadata.Labels = map[string]string{
 		v1alpha1.LabelDeployment:   r.Metadata.Labels[v1alpha1.LabelDeployment],
 		v1alpha1.LabelReplicaIndex: r.Metadata.Labels[v1alpha1.LabelReplicaIndex],
 	}
 	if diff := cmp.Diff(&want, got, jsonEqual, cmpopts.IgnoreFields(v1alpha1.ReplicaMember{}, "Template")); diff != "" {
-		t.Errorf("readReplica(...): -want, +got:\n%s", diff)
+		t.Errorf("readReplicaStruct(...): -want, +got:\n%s", diff)
 	}
 	if got.Spec.Engines[0].Members[0].Template != nil {
-		t.Errorf("readReplica(...): read a pod template it has no use for")
+		t.Errorf("readReplicaStruct(...): read a pod template it has no use for")
 	}
 }
 
@@ -93,7 +98,7 @@ func TestReadErrors(t *testing.T) {
 			read: func() error {
 				s := toStruct(t, fx.Replica("m", "a", 0).Obj())
 				s.Fields["spec"].GetStructValue().Fields["engines"].GetListValue().Values[0].GetStructValue().Fields["copies"] = structpb.NewStringValue("two")
-				_, err := readReplica(s)
+				_, err := readReplicaStruct(s)
 				return err
 			},
 			want: "spec.engines[0].copies: cannot use a string as a whole number",
@@ -104,7 +109,7 @@ func TestReadErrors(t *testing.T) {
 				s := toStruct(t, fx.Replica("m", "a", 0).Obj())
 				m := s.GetFields()["spec"].GetStructValue().GetFields()["engines"].GetListValue().GetValues()[0].GetStructValue().GetFields()["members"].GetListValue().GetValues()[0]
 				m.GetStructValue().Fields["deviceRequests"].GetListValue().Values[0].GetStructValue().Fields["count"] = structpb.NewNumberValue(1.5)
-				_, err := readReplica(s)
+				_, err := readReplicaStruct(s)
 				return err
 			},
 			want: "spec.engines[0].members[0].deviceRequests[0].count: cannot use a number as a whole number",
@@ -112,7 +117,7 @@ func TestReadErrors(t *testing.T) {
 		"ReplicaLabelsList": {
 			reason: "Labels that are not an object are refused.",
 			read: func() error {
-				_, err := readReplica(set(fx.Replica("m", "a", 0).Obj(), []string{"metadata", "labels"}, structpb.NewListValue(&structpb.ListValue{})))
+				_, err := readReplicaStruct(set(fx.Replica("m", "a", 0).Obj(), []string{"metadata", "labels"}, structpb.NewListValue(&structpb.ListValue{})))
 				return err
 			},
 			want: "metadata.labels: cannot use a list as an object",
@@ -120,14 +125,14 @@ func TestReadErrors(t *testing.T) {
 		"ClusterUnusedFieldIgnored": {
 			reason: "A malformed cluster field the scheduler has no use for does not fail the call.",
 			read: func() error {
-				_, err := readCluster(set(fx.Cluster("a").Obj(), []string{"metadata", "labels"}, structpb.NewListValue(&structpb.ListValue{})))
+				_, err := readClusterStruct(set(fx.Cluster("a").Obj(), []string{"metadata", "labels"}, structpb.NewListValue(&structpb.ListValue{})))
 				return err
 			},
 		},
 		"ClusterDevicesNumber": {
 			reason: "A pool's devices that are not a list are refused.",
 			read: func() error {
-				_, err := readCluster(set(fx.Cluster("a").Obj(), []string{"status", "gpuPools"}, pools(structpb.NewNumberValue(3))))
+				_, err := readClusterStruct(set(fx.Cluster("a").Obj(), []string{"status", "gpuPools"}, pools(structpb.NewNumberValue(3))))
 				return err
 			},
 			want: "status.gpuPools[0].devices: cannot use a number as a list",
@@ -151,11 +156,35 @@ func TestReadHugeCountIsHeld(t *testing.T) {
 	c.Status.GPUPools[0].Nodes = nil
 	s := toStruct(t, c)
 	s.Fields["status"].GetStructValue().Fields["gpuPools"].GetListValue().Values[0].GetStructValue().Fields["nodes"] = structpb.NewNumberValue(1e300)
-	got, err := readCluster(s)
+	got, err := readClusterStruct(s)
 	if err != nil {
 		t.Fatalf("readCluster(...): %v", err)
 	}
 	if n := *got.Status.GPUPools[0].Nodes; n != 1<<62 {
-		t.Errorf("readCluster(...) nodes: want %d, got %d", int64(1<<62), n)
+		t.Errorf("readClusterStruct(...) nodes: want %d, got %d", int64(1<<62), n)
 	}
+}
+
+// readClusterStruct reads a cluster as a request carries it, on the wire.
+func readClusterStruct(s *structpb.Struct) (*v1alpha1.InferenceCluster, error) {
+	b, err := proto.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	var r structReader
+	return r.readCluster(b)
+}
+
+// readReplicaStruct reads a replica as a request carries it, on the wire.
+func readReplicaStruct(s *structpb.Struct) (*v1alpha1.ModelReplica, error) {
+	b, err := proto.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	var r structReader
+	rep, pins, err := r.readReplica(b)
+	if err != nil {
+		return nil, err
+	}
+	return rep, r.readPins(pins, rep)
 }

@@ -108,9 +108,9 @@ func (f *Function) clock() time.Time {
 
 // compose schedules and writes everything the response carries.
 func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, fl *fleet, opts options) error {
-	warn(rsp, fl.warnings)
 	retainOnly := setCacheCondition(rsp, fl)
 	if len(fl.clusters) == 0 {
+		warn(rsp, fl.warnings)
 		response.ConditionFalse(rsp, condReplicasScheduled, reasonNoClusters)
 		response.Warning(rsp, errors.New("No InferenceClusters found")) //nolint:staticcheck // Modelplane v0.3's warning, word for word.
 		rsp.Desired.Composite.Ready = fnv1.Ready_READY_FALSE
@@ -120,6 +120,11 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	now := f.clock()
 	clusters, pools := observation.Clusters(fl.clusters, now, opts.maxAge)
 	replicas, findings := observation.Replicas(fl.replicas)
+	replicas, err := fl.readPins(xr, clusters, replicas)
+	if err != nil {
+		return err
+	}
+	warn(rsp, fl.warnings)
 	warnObservations(rsp, pools, findings)
 
 	plan, err := scheduling.Schedule(scheduling.Snapshot{

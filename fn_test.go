@@ -71,12 +71,30 @@ func result(sev fnv1.Severity, msg string) *fnv1.Result {
 	return &fnv1.Result{Severity: sev, Message: msg, Target: fnv1.Target_TARGET_COMPOSITE.Enum()}
 }
 
+// run runs the function on a request twice: as tests build it, decoded,
+// and as the server receives it, through the request codec, which leaves
+// the fleet on the wire. Both must give the same response.
 func run(t *testing.T, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
 	t.Helper()
+	wire, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatalf("proto.Marshal(...): %v", err)
+	}
+	served := &fnv1.RunFunctionRequest{}
+	if err := unmarshalRequest(wire, served); err != nil {
+		t.Fatalf("unmarshalRequest(...): %v", err)
+	}
 	f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }}
 	rsp, err := f.RunFunction(context.Background(), req)
 	if err != nil {
 		t.Fatalf("RunFunction(...): unexpected error: %v", err)
+	}
+	viaCodec, err := f.RunFunction(context.Background(), served)
+	if err != nil {
+		t.Fatalf("RunFunction(...) through the request codec: unexpected error: %v", err)
+	}
+	if diff := cmp.Diff(rsp, viaCodec, protocmp.Transform()); diff != "" {
+		t.Fatalf("RunFunction(...): decoded request, -want, through the request codec, +got:\n%s", diff)
 	}
 	return rsp
 }

@@ -35,6 +35,7 @@ func (c *CLI) Run() error {
 		return err
 	}
 
+	registerRequestCodec()
 	return function.Serve(&Function{log: log},
 		function.Listen(c.Network, c.Address),
 		function.MTLSCertificates(c.TLSCertsDir),

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -115,11 +117,15 @@ func describeJSONError(err error) error {
 type fleet struct {
 	clusters []*v1alpha1.InferenceCluster
 	replicas []*v1alpha1.ModelReplica
+	// pins are the replicas' spec.engines, still on the wire: readPins reads
+	// those the scheduler needs.
+	pins []value
 	// cacheRef is the referenced ModelCache, nil when none is referenced.
 	cacheRef *v1alpha1.LocalRef
 	// cacheFound is whether the referenced ModelCache exists.
 	cacheFound bool
 	// warnings are replicas of other deployments that could not be read.
+	// readPins adds to them.
 	warnings []string
 }
 
@@ -167,28 +173,87 @@ func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *
 	if !okClusters || !okReplicas {
 		return nil, nil
 	}
-	for _, item := range clusters.GetItems() {
-		c, err := readCluster(item.GetResource())
+	clusterItems, err := wireItems(clusters)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the InferenceClusters: %w", err)
+	}
+	replicaItems, err := wireItems(replicas)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the ModelReplicas: %w", err)
+	}
+	var r structReader
+	for _, item := range clusterItems {
+		c, err := r.readCluster(item)
 		if err != nil {
-			return nil, fmt.Errorf("cannot read InferenceCluster %s: %w", nameOf(item.GetResource()), err)
+			return nil, fmt.Errorf("cannot read InferenceCluster %s: %w", nameOf(item), err)
 		}
 		out.clusters = append(out.clusters, c)
 	}
-	for _, item := range replicas.GetItems() {
-		r, err := readReplica(item.GetResource())
+	out.replicas = make([]*v1alpha1.ModelReplica, 0, len(replicaItems))
+	out.pins = make([]value, 0, len(replicaItems))
+	for _, item := range replicaItems {
+		rep, pins, err := r.readReplica(item)
 		if err != nil {
-			err = fmt.Errorf("cannot read ModelReplica %s: %w", nameOf(item.GetResource()), err)
-			// Our own replica must be read, or it would be dropped. Another
-			// deployment's cannot be charged; say so and go on.
-			if isOurs(item.GetResource(), xr) {
+			err = fmt.Errorf("cannot read ModelReplica %s: %w", nameOf(item), err)
+			if isOurs(item, xr) {
 				return nil, err
 			}
-			out.warnings = append(out.warnings, err.Error()+"; its capacity is not accounted")
+			out.warnings = append(out.warnings, unaccounted(err))
 			continue
 		}
-		out.replicas = append(out.replicas, r)
+		out.replicas = append(out.replicas, rep)
+		out.pins = append(out.pins, pins)
 	}
 	return out, nil
+}
+
+// unaccounted warns of another deployment's replica that cannot be read.
+// Our own replica must be read, or it would be dropped; another's cannot
+// be charged: say so and go on.
+func unaccounted(err error) string {
+	return err.Error() + "; its capacity is not accounted"
+}
+
+// readPins reads the engines (pins and stamped requests) of the replicas
+// the scheduler may keep or charge, in the order observation.Replicas kept:
+// this deployment's, and every other whose pods some pool report of its
+// cluster does not count yet. The rest charge nothing wherever they are
+// pinned (scheduling.CountedBefore), and their engines are never read.
+func (fl *fleet) readPins(xr *v1alpha1.ModelDeployment, clusters []scheduling.Cluster, replicas []scheduling.Replica) ([]scheduling.Replica, error) {
+	// A name two clusters share is left to the scheduler to resolve.
+	named := make(map[string]int, len(clusters))
+	for _, c := range clusters {
+		named[c.Object.Metadata.Name]++
+	}
+	countedBefore := make(map[string]time.Time, len(clusters))
+	for _, c := range clusters {
+		if named[c.Object.Metadata.Name] > 1 {
+			continue
+		}
+		if before, ok := scheduling.CountedBefore(c); ok {
+			countedBefore[c.Object.Metadata.Name] = before
+		}
+	}
+	var r structReader
+	kept := make([]scheduling.Replica, 0, len(replicas))
+	for i, rep := range replicas {
+		obj := rep.Object
+		ours := obj.Metadata.Namespace == xr.Metadata.Namespace && obj.Metadata.Labels[v1alpha1.LabelDeployment] == xr.Metadata.Name
+		if before, ok := countedBefore[obj.Spec.ClusterName]; ok && !ours && rep.CountedBy(before) {
+			kept = append(kept, rep)
+			continue
+		}
+		if err := r.readPins(fl.pins[i], obj); err != nil {
+			err = fmt.Errorf("cannot read ModelReplica %s/%s: %w", obj.Metadata.Namespace, obj.Metadata.Name, err)
+			if ours {
+				return nil, err
+			}
+			fl.warnings = append(fl.warnings, unaccounted(err))
+			continue
+		}
+		kept = append(kept, rep)
+	}
+	return kept, nil
 }
 
 // clusterSelector asks for every InferenceCluster with the labels; none
@@ -200,18 +265,56 @@ func clusterSelector(labels map[string]string) *fnv1.ResourceSelector {
 	}
 }
 
+// wireItems are the Structs of a required resource's items, on the wire:
+// the items the request codec (codec.go) left undecoded, and any decoded
+// ones, as in-process callers and tests send them, encoded back.
+func wireItems(res *fnv1.Resources) ([][]byte, error) {
+	out := make([][]byte, 0, len(res.GetItems()))
+	for _, item := range res.GetItems() {
+		b, err := proto.Marshal(item.GetResource())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	rest := []byte(res.ProtoReflect().GetUnknown())
+	for len(rest) > 0 {
+		num, typ, item, after, err := next(rest)
+		if err != nil {
+			return nil, err
+		}
+		rest = after
+		if num != itemsField || typ != protowire.BytesType {
+			continue
+		}
+		s, err := resourceStruct(item)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// metadataOf reads an object's name, namespace and deployment label, as
+// far as they can be read, for messages about an object that cannot be.
+func metadataOf(s []byte) (name, namespace, deployment string) {
+	var r structReader
+	md := r.object(object(s).get("metadata"), "metadata")
+	labels := r.object(md.get("labels"), "labels")
+	return r.str(md.get("name"), "name"), r.str(md.get("namespace"), "namespace"), r.str(labels.get(v1alpha1.LabelDeployment), "")
+}
+
 // nameOf reads namespace/name of an object for error messages.
-func nameOf(s *structpb.Struct) string {
-	md := s.GetFields()["metadata"].GetStructValue().GetFields()
-	name := md["name"].GetStringValue()
-	if ns := md["namespace"].GetStringValue(); ns != "" {
+func nameOf(s []byte) string {
+	name, ns, _ := metadataOf(s)
+	if ns != "" {
 		return ns + "/" + name
 	}
 	return name
 }
 
-func isOurs(s *structpb.Struct, xr *v1alpha1.ModelDeployment) bool {
-	md := s.GetFields()["metadata"].GetStructValue().GetFields()
-	return md["namespace"].GetStringValue() == xr.Metadata.Namespace &&
-		md["labels"].GetStructValue().GetFields()[v1alpha1.LabelDeployment].GetStringValue() == xr.Metadata.Name
+func isOurs(s []byte, xr *v1alpha1.ModelDeployment) bool {
+	_, ns, deployment := metadataOf(s)
+	return ns == xr.Metadata.Namespace && deployment == xr.Metadata.Name
 }

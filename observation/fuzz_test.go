@@ -1,10 +1,8 @@
 package observation
 
 import (
-	"bytes"
 	"encoding/json"
 	"math"
-	"strings"
 	"testing"
 	"time"
 
@@ -41,13 +39,21 @@ func FuzzPool(f *testing.F) {
 
 	base := time.Date(2026, 10, 20, 20, 6, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, observedAt, observedNodes, histogram, devices []byte, nowOffset int64, maxAgeSeconds uint16) {
+		var fields [3]any
+		for i, b := range [][]byte{observedAt, observedNodes, histogram} {
+			if len(b) > 0 && json.Unmarshal(b, &fields[i]) != nil {
+				// Not JSON, or a number out of float range: no request can
+				// carry it.
+				t.Skip()
+			}
+		}
 		p := &v1alpha1.GPUPool{
 			Name:               "p",
 			Nodes:              new(int64(10)),
 			Devices:            fuzzDevices(devices),
-			ObservedAt:         rawOrNil(observedAt),
-			ObservedNodes:      rawOrNil(observedNodes),
-			NodesByFreeDevices: rawOrNil(histogram),
+			ObservedAt:         fields[0],
+			ObservedNodes:      fields[1],
+			NodesByFreeDevices: fields[2],
 		}
 		now := base.Add(time.Duration(nowOffset%(1<<40)) * time.Second)
 		maxAge := time.Duration(maxAgeSeconds)*time.Second + time.Second
@@ -108,13 +114,7 @@ func FuzzPool(f *testing.F) {
 			t.Fatalf("placed %d replicas of 10", len(plan.Replicas))
 		}
 
-		want, checkable := judge(p, now, maxAge)
-		if !checkable {
-			// The bytes use a JSON feature this reading does not model (a
-			// field named in another case, or an out-of-range number in a
-			// field nobody reads); only the checks above apply.
-			return
-		}
+		want := judge(p, now, maxAge)
 		if want.state != rep.State {
 			t.Fatalf("state %s (%s), want %s (%s)", rep.State, rep.Defect, want.state, want.why)
 		}
@@ -165,36 +165,20 @@ type verdict struct {
 	obs   scheduling.PoolObservation
 }
 
-// judge reads a pool's report from generic JSON, independently of Pool, and
+// judge reads a pool's report, decoded JSON, independently of Pool, and
 // applies CONTRACT 2.3 with the schema's bounds (64 buckets, 16 free entries,
-// counts up to 2^20). checkable is false when the bytes lean on
-// encoding/json behaviour this reading does not model.
-func judge(p *v1alpha1.GPUPool, now time.Time, maxAge time.Duration) (verdict, bool) {
-	absent := func(raw json.RawMessage) bool {
-		t := bytes.TrimSpace(raw)
-		return len(t) == 0 || string(t) == "null"
-	}
-	a, n, h := absent(p.ObservedAt), absent(p.ObservedNodes), absent(p.NodesByFreeDevices)
+// counts up to 2^20).
+func judge(p *v1alpha1.GPUPool, now time.Time, maxAge time.Duration) verdict {
+	at, nodes, hist := p.ObservedAt, p.ObservedNodes, p.NodesByFreeDevices
 	switch {
-	case n && h:
+	case nodes == nil && hist == nil:
 		// Neither count nor histogram: the agent is not reporting on the
 		// pool, whether or not it stamped observedAt.
-		return verdict{state: Missing}, true
-	case a || n || h:
-		return verdict{state: Invalid, why: "partly published"}, true
+		return verdict{state: Missing}
+	case at == nil || nodes == nil || hist == nil:
+		return verdict{state: Invalid, why: "partly published"}
 	}
-	var at, nodes, hist any
-	if json.Unmarshal(p.ObservedAt, &at) != nil || json.Unmarshal(p.ObservedNodes, &nodes) != nil {
-		// Not JSON, or a number out of float range: Pool reads these two
-		// whole, so either way it cannot be Usable.
-		return verdict{state: Invalid, why: "observedAt or observedNodes undecodable"}, true
-	}
-	if json.Unmarshal(p.NodesByFreeDevices, &hist) != nil {
-		// Not JSON at all is a defect; well-formed JSON with a number out of
-		// float range may sit in a field Pool never reads.
-		return verdict{state: Invalid, why: "histogram undecodable"}, !json.Valid(p.NodesByFreeDevices)
-	}
-	bad := func(why string) (verdict, bool) { return verdict{state: Invalid, why: why}, true }
+	bad := func(why string) verdict { return verdict{state: Invalid, why: why} }
 
 	s, ok := at.(string)
 	if !ok {
@@ -228,17 +212,13 @@ func judge(p *v1alpha1.GPUPool, now time.Time, maxAge time.Duration) (verdict, b
 		if !ok {
 			return bad("bucket not an object")
 		}
-		fields, ok := exactKeys(obj, "nodes", "free")
-		if !ok {
-			return verdict{}, false
-		}
-		bn, ok := whole(fields["nodes"])
+		bn, ok := whole(obj["nodes"])
 		if !ok {
 			return bad("bucket nodes not a count")
 		}
 		b := scheduling.Bucket{Nodes: bn, Free: map[string]int64{}}
 		var frees []any
-		switch fv := fields["free"].(type) {
+		switch fv := obj["free"].(type) {
 		case nil:
 		case []any:
 			frees = fv
@@ -257,11 +237,7 @@ func judge(p *v1alpha1.GPUPool, now time.Time, maxAge time.Duration) (verdict, b
 				}
 				return bad("free entry not an object")
 			}
-			ff, ok := exactKeys(fo, "name", "count")
-			if !ok {
-				return verdict{}, false
-			}
-			name, ok := ff["name"].(string)
+			name, ok := fo["name"].(string)
 			if !ok || name == "" {
 				return bad("free entry without a name")
 			}
@@ -272,7 +248,7 @@ func judge(p *v1alpha1.GPUPool, now time.Time, maxAge time.Duration) (verdict, b
 			if _, dup := b.Free[name]; dup {
 				return bad("device listed twice")
 			}
-			c, ok := whole(ff["count"])
+			c, ok := whole(fo["count"])
 			if !ok {
 				return bad("free count not a count")
 			}
@@ -293,10 +269,10 @@ func judge(p *v1alpha1.GPUPool, now time.Time, maxAge time.Duration) (verdict, b
 	}
 	if now.Sub(observedAt) > maxAge {
 		v.state = Stale
-		return v, true
+		return v
 	}
 	v.state = Usable
-	return v, true
+	return v
 }
 
 // whole reads a JSON number that is a whole count in [0, 2^20].
@@ -306,30 +282,4 @@ func whole(v any) (int64, bool) {
 		return 0, false
 	}
 	return int64(f), true
-}
-
-// exactKeys picks the named fields of a JSON object. It reports false when a
-// key other than a wanted one matches a wanted one case-insensitively:
-// encoding/json would fill the field from it, and the JSON wire format of a
-// Kubernetes object has no such thing, so the reading does not model it.
-func exactKeys(obj map[string]any, names ...string) (map[string]any, bool) {
-	out := map[string]any{}
-	for k, v := range obj {
-		for _, n := range names {
-			switch {
-			case k == n:
-				out[n] = v
-			case strings.EqualFold(k, n):
-				return nil, false
-			}
-		}
-	}
-	return out, true
-}
-
-func rawOrNil(b []byte) json.RawMessage {
-	if len(b) == 0 {
-		return nil
-	}
-	return json.RawMessage(b)
 }

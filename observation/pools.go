@@ -6,10 +6,11 @@
 package observation
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
@@ -115,27 +116,23 @@ func Clusters(objs []*v1alpha1.InferenceCluster, now time.Time, maxAge time.Dura
 // report is usable, and the verdict either way.
 func Pool(p *v1alpha1.GPUPool, now time.Time, maxAge time.Duration) (*scheduling.PoolObservation, PoolReport) {
 	rep := PoolReport{Pool: p.Name}
-	present := map[string]bool{
-		fieldObservedAt:   !isAbsent(p.ObservedAt),
-		fieldObservedNode: !isAbsent(p.ObservedNodes),
-		fieldNodesByFree:  !isAbsent(p.NodesByFreeDevices),
-	}
+	const missing = "missing while the pool's other observation fields are set"
 	switch {
-	case !present[fieldObservedNode] && !present[fieldNodesByFree]:
+	case p.ObservedNodes == nil && p.NodesByFreeDevices == nil:
 		// The agent publishes neither for a pool it has not reported on or
 		// cannot observe, whether or not it stamps observedAt.
 		rep.State = Missing
 		return nil, rep
-	case !present[fieldObservedAt] || !present[fieldObservedNode] || !present[fieldNodesByFree]:
-		for _, f := range []string{fieldObservedAt, fieldObservedNode, fieldNodesByFree} {
-			if !present[f] {
-				return nil, invalid(rep, f, "missing while the pool's other observation fields are set")
-			}
-		}
+	case p.ObservedAt == nil:
+		return nil, invalid(rep, fieldObservedAt, missing)
+	case p.ObservedNodes == nil:
+		return nil, invalid(rep, fieldObservedNode, missing)
+	case p.NodesByFreeDevices == nil:
+		return nil, invalid(rep, fieldNodesByFree, missing)
 	}
 
-	var at string
-	if err := json.Unmarshal(p.ObservedAt, &at); err != nil {
+	at, ok := p.ObservedAt.(string)
+	if !ok {
 		return nil, invalid(rep, fieldObservedAt, "not a string")
 	}
 	observedAt, err := time.Parse(time.RFC3339, at)
@@ -169,19 +166,20 @@ func invalid(rep PoolReport, field, defect string) PoolReport {
 	return rep
 }
 
-func isAbsent(raw json.RawMessage) bool {
-	t := bytes.TrimSpace(raw)
-	return len(t) == 0 || bytes.Equal(t, []byte("null"))
-}
-
 // count reads a non-negative whole number no larger than maxCount.
-func count(raw json.RawMessage) (int64, string) {
-	if isAbsent(raw) {
-		return 0, "missing"
-	}
+func count(v any) (int64, string) {
 	var f float64
-	if err := json.Unmarshal(raw, &f); err != nil {
-		return 0, fmt.Sprintf("%s is not a number", bytes.TrimSpace(raw))
+	switch n := v.(type) {
+	case nil:
+		return 0, "missing"
+	case float64:
+		f = n
+	case int64:
+		f = float64(n)
+	case int:
+		f = float64(n)
+	default:
+		return 0, fmt.Sprintf("%s is not a number", render(v))
 	}
 	switch {
 	case f != math.Trunc(f):
@@ -194,38 +192,38 @@ func count(raw json.RawMessage) (int64, string) {
 	return int64(f), ""
 }
 
-type rawBucket struct {
-	Nodes json.RawMessage `json:"nodes"`
-	Free  []rawFree       `json:"free"`
+// render shows a value as the JSON it came from, keys in order, for a
+// finding that quotes it.
+func render(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
 }
 
-type rawFree struct {
-	Name  json.RawMessage `json:"name"`
-	Count json.RawMessage `json:"count"`
-}
+// notBuckets is the defect of a histogram that is not a list of buckets.
+const notBuckets = "not a list of {nodes, free} buckets"
 
 // buckets reads and validates the histogram against the pool's devices. It
 // returns the field and defect of the first problem found.
 func buckets(p *v1alpha1.GPUPool, observedNodes int64) ([]scheduling.Bucket, string, string) {
-	var raw []rawBucket
-	if err := json.Unmarshal(p.NodesByFreeDevices, &raw); err != nil {
-		return nil, fieldNodesByFree, "not a list of {nodes, free} buckets"
+	list, ok := p.NodesByFreeDevices.([]any)
+	if !ok {
+		return nil, fieldNodesByFree, notBuckets
 	}
-	if len(raw) > maxBuckets {
-		return nil, fieldNodesByFree, fmt.Sprintf("%d buckets, more than %d", len(raw), maxBuckets)
+	if len(list) > maxBuckets {
+		return nil, fieldNodesByFree, fmt.Sprintf("%d buckets, more than %d", len(list), maxBuckets)
 	}
-	devices := map[string]v1alpha1.Device{}
-	for _, d := range p.Devices {
-		if _, dup := devices[d.Name]; !dup {
-			devices[d.Name] = d
-		}
-	}
-	out := make([]scheduling.Bucket, 0, len(raw))
+	out := make([]scheduling.Bucket, 0, len(list))
 	var total int64
-	for bi, rb := range raw {
-		b, field, defect := bucket(rb, fmt.Sprintf("%s[%d]", fieldNodesByFree, bi), devices)
+	for bi, v := range list {
+		b, field, defect := bucket(v, p.Devices)
 		if defect != "" {
-			return nil, field, defect
+			if field == "" {
+				return nil, fieldNodesByFree, defect
+			}
+			return nil, fmt.Sprintf("%s[%d].%s", fieldNodesByFree, bi, field), defect
 		}
 		total += b.Nodes
 		out = append(out, b)
@@ -236,43 +234,55 @@ func buckets(p *v1alpha1.GPUPool, observedNodes int64) ([]scheduling.Bucket, str
 	return out, "", ""
 }
 
-// bucket reads one bucket of the histogram. It returns the field and defect
-// of the first problem found.
-func bucket(rb rawBucket, field string, devices map[string]v1alpha1.Device) (scheduling.Bucket, string, string) {
-	nodes, defect := count(rb.Nodes)
+// bucket reads one bucket of the histogram. It returns the field, relative
+// to the bucket (empty when the histogram as a whole is malformed), and
+// defect of the first problem found.
+func bucket(v any, devices []v1alpha1.Device) (scheduling.Bucket, string, string) {
+	fields, isObject := v.(map[string]any)
+	free, isList := fields["free"].([]any)
+	if (!isObject && v != nil) || (!isList && fields["free"] != nil) {
+		return scheduling.Bucket{}, "", notBuckets
+	}
+	nodes, defect := count(fields["nodes"])
 	if defect != "" {
-		return scheduling.Bucket{}, field + ".nodes", defect
+		return scheduling.Bucket{}, "nodes", defect
 	}
-	if len(rb.Free) > maxFreePerBucket {
-		return scheduling.Bucket{}, field + ".free", fmt.Sprintf("%d devices, more than %d", len(rb.Free), maxFreePerBucket)
+	if len(free) > maxFreePerBucket {
+		return scheduling.Bucket{}, "free", fmt.Sprintf("%d devices, more than %d", len(free), maxFreePerBucket)
 	}
-	b := scheduling.Bucket{Nodes: nodes, Free: map[string]int64{}}
-	for fi, rf := range rb.Free {
-		ff := fmt.Sprintf("%s.free[%d]", field, fi)
-		var name string
-		if err := json.Unmarshal(rf.Name, &name); err != nil || name == "" {
-			return scheduling.Bucket{}, ff + ".name", "not a device name"
+	b := scheduling.Bucket{Nodes: nodes, Free: make(map[string]int64, len(free))}
+	for fi, fv := range free {
+		ff, isObject := fv.(map[string]any)
+		if !isObject && fv != nil {
+			return scheduling.Bucket{}, "", notBuckets
 		}
-		d, ok := devices[name]
+		field := "free[" + strconv.Itoa(fi) + "]"
+		name, _ := ff["name"].(string)
+		if name == "" {
+			return scheduling.Bucket{}, field + ".name", "not a device name"
+		}
+		// The first device of a name is the one, as everywhere a pool's
+		// devices are looked up by name.
+		di := slices.IndexFunc(devices, func(d v1alpha1.Device) bool { return d.Name == name })
 		switch {
-		case !ok:
-			return scheduling.Bucket{}, ff + ".name", fmt.Sprintf("pool has no device %q", name)
-		case !d.IsDRA():
-			return scheduling.Bucket{}, ff + ".name", fmt.Sprintf("device %q is not claimed through DRA", name)
+		case di < 0:
+			return scheduling.Bucket{}, field + ".name", fmt.Sprintf("pool has no device %q", name)
+		case !devices[di].IsDRA():
+			return scheduling.Bucket{}, field + ".name", fmt.Sprintf("device %q is not claimed through DRA", name)
 		}
 		if _, dup := b.Free[name]; dup {
-			return scheduling.Bucket{}, ff + ".name", fmt.Sprintf("device %q is listed twice", name)
+			return scheduling.Bucket{}, field + ".name", fmt.Sprintf("device %q is listed twice", name)
 		}
-		n, defect := count(rf.Count)
+		n, defect := count(ff["count"])
 		if defect != "" {
-			return scheduling.Bucket{}, ff + ".count", defect
+			return scheduling.Bucket{}, field + ".count", defect
 		}
 		perNode := int64(0)
-		if d.Count != nil {
-			perNode = *d.Count
+		if c := devices[di].Count; c != nil {
+			perNode = *c
 		}
 		if n > perNode {
-			return scheduling.Bucket{}, ff + ".count", fmt.Sprintf("%d free %s is more than the %d a node has", n, name, perNode)
+			return scheduling.Bucket{}, field + ".count", fmt.Sprintf("%d free %s is more than the %d a node has", n, name, perNode)
 		}
 		b.Free[name] = n
 	}

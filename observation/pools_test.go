@@ -2,6 +2,7 @@ package observation
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -247,10 +248,15 @@ func TestPool(t *testing.T) {
 			args:   args{pool: l4().RawObservation(q(nowRFC), "1e30", `[]`).Obj(), now: now, maxAge: maxAge},
 			want:   want{rep: PoolReport{Pool: "l4", State: Invalid, Defect: "observedNodes: 1e+30 is more than 1048576"}},
 		},
-		"ObservedNodesOutOfFloatRange": {
-			reason: "A number no float holds is still a defect, not a panic.",
-			args:   args{pool: l4().RawObservation(q(nowRFC), "1e400", `[]`).Obj(), now: now, maxAge: maxAge},
-			want:   want{rep: PoolReport{Pool: "l4", State: Invalid, Defect: "observedNodes: 1e400 is not a number"}},
+		"ObservedNodesInfinite": {
+			reason: "A protobuf double can be infinite; it is a defect, not a panic or an overflow.",
+			args:   args{pool: withObservedNodes(l4().RawObservation(q(nowRFC), "0", `[]`).Obj(), math.Inf(1)), now: now, maxAge: maxAge},
+			want:   want{rep: PoolReport{Pool: "l4", State: Invalid, Defect: "observedNodes: +Inf is more than 1048576"}},
+		},
+		"ObservedNodesNaN": {
+			reason: "A protobuf double can be NaN, which is no count.",
+			args:   args{pool: withObservedNodes(l4().RawObservation(q(nowRFC), "0", `[]`).Obj(), math.NaN()), now: now, maxAge: maxAge},
+			want:   want{rep: PoolReport{Pool: "l4", State: Invalid, Defect: "observedNodes: NaN is not a whole number"}},
 		},
 		"ObservedNodesAtBound": {
 			reason: "The bound itself is allowed.",
@@ -593,6 +599,13 @@ func TestClusters(t *testing.T) {
 }
 
 // q quotes s as a JSON string.
+// withObservedNodes sets observedNodes to a number JSON cannot carry but a
+// protobuf double can.
+func withObservedNodes(p v1alpha1.GPUPool, n float64) v1alpha1.GPUPool {
+	p.ObservedNodes = n
+	return p
+}
+
 func q(s string) string { return `"` + s + `"` }
 
 // rawBuckets is a raw histogram of n one-node buckets with free GPUs 0, 1, ...,

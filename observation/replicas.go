@@ -1,8 +1,6 @@
 package observation
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -26,12 +24,6 @@ func (f ReplicaFinding) String() string {
 	return fmt.Sprintf("ModelReplica %s/%s: %s", f.Namespace, f.Name, f.Defect)
 }
 
-type rawCondition struct {
-	Type               json.RawMessage `json:"type"`
-	Status             json.RawMessage `json:"status"`
-	LastTransitionTime json.RawMessage `json:"lastTransitionTime"`
-}
-
 // Replicas reads each replica's PodsScheduled condition.
 func Replicas(objs []*v1alpha1.ModelReplica) ([]scheduling.Replica, []ReplicaFinding) {
 	out := make([]scheduling.Replica, 0, len(objs))
@@ -50,33 +42,29 @@ func Replicas(objs []*v1alpha1.ModelReplica) ([]scheduling.Replica, []ReplicaFin
 
 // scheduledSince is when PodsScheduled became True, nil when it is not True.
 func scheduledSince(o *v1alpha1.ModelReplica) (*time.Time, string) {
-	if o.Status == nil || isAbsent(o.Status.Conditions) {
+	if o.Status == nil || o.Status.Conditions == nil {
 		return nil, ""
 	}
-	var conds []json.RawMessage
-	if err := json.Unmarshal(o.Status.Conditions, &conds); err != nil {
+	conds, ok := o.Status.Conditions.([]any)
+	if !ok {
 		return nil, "status.conditions: not a list"
 	}
-	for i, raw := range conds {
-		var c rawCondition
-		if json.Unmarshal(raw, &c) != nil {
+	for i, v := range conds {
+		// Anything but an object of type PodsScheduled is another
+		// condition, not this one malformed.
+		c, _ := v.(map[string]any)
+		if typ, _ := c["type"].(string); typ != ConditionPodsScheduled {
 			continue
 		}
-		if typ, ok := jsonString(c.Type); !ok || typ != ConditionPodsScheduled {
-			continue
-		}
-		status, ok := jsonString(c.Status)
+		status, ok := c["status"].(string)
 		if !ok {
 			return nil, fmt.Sprintf("status.conditions[%d].status: not a string", i)
 		}
-		if status != "True" {
+		if status != "True" || c["lastTransitionTime"] == nil {
 			return nil, ""
 		}
 		field := fmt.Sprintf("status.conditions[%d].lastTransitionTime", i)
-		if isAbsent(c.LastTransitionTime) {
-			return nil, ""
-		}
-		s, ok := jsonString(c.LastTransitionTime)
+		s, ok := c["lastTransitionTime"].(string)
 		if !ok {
 			return nil, field + ": not a string"
 		}
@@ -87,18 +75,4 @@ func scheduledSince(o *v1alpha1.ModelReplica) (*time.Time, string) {
 		return &t, ""
 	}
 	return nil, ""
-}
-
-// jsonString reads a JSON string: one without escapes directly, any other
-// through encoding/json.
-func jsonString(raw json.RawMessage) (string, bool) {
-	t := bytes.TrimSpace(raw)
-	if len(t) >= 2 && t[0] == '"' && t[len(t)-1] == '"' && bytes.IndexByte(t[1:len(t)-1], '\\') < 0 && bytes.IndexByte(t[1:len(t)-1], '"') < 0 {
-		return string(t[1 : len(t)-1]), true
-	}
-	var s string
-	if err := json.Unmarshal(t, &s); err != nil {
-		return "", false
-	}
-	return s, true
 }

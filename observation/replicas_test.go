@@ -16,7 +16,7 @@ func TestReplicas(t *testing.T) {
 	scheduledAt := now.Add(-2 * time.Minute)
 	withConditions := func(raw string) *v1alpha1.ModelReplica {
 		r := fixture.Replica("llm", "a", 0).Obj()
-		r.Status = &v1alpha1.ModelReplicaStatus{Conditions: json.RawMessage(raw)}
+		r.Status = &v1alpha1.ModelReplicaStatus{Conditions: decoded(raw)}
 		return r
 	}
 	type want struct {
@@ -181,7 +181,7 @@ func TestReplicasWrongTypedPodsScheduled(t *testing.T) {
 	for name, raw := range cases {
 		t.Run(name, func(t *testing.T) {
 			r := fixture.Replica("llm", "a", 0).Obj()
-			r.Status = &v1alpha1.ModelReplicaStatus{Conditions: json.RawMessage(raw)}
+			r.Status = &v1alpha1.ModelReplicaStatus{Conditions: decoded(raw)}
 			got, findings := Replicas([]*v1alpha1.ModelReplica{r})
 			if name == "TypeNumber" {
 				// The PodsScheduled condition itself is good and comes first.
@@ -198,4 +198,13 @@ func TestReplicasWrongTypedPodsScheduled(t *testing.T) {
 			}
 		})
 	}
+}
+
+// decoded is JSON text as the function reads it out of a request.
+func decoded(raw string) any {
+	var v any
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+		panic(err) // The tests' JSON is written by hand.
+	}
+	return v
 }

@@ -25,7 +25,7 @@ type pool struct {
 	devices []poolDevice
 }
 
-func newCluster(c Cluster) *cluster {
+func newCluster(c Cluster, kinds deviceKinds) *cluster {
 	cl := &cluster{
 		name:     c.Object.Metadata.Name,
 		obj:      c.Object,
@@ -36,7 +36,7 @@ func newCluster(c Cluster) *cluster {
 	for i, gp := range c.Object.Status.GPUPools {
 		p := &pool{index: i, name: gp.Name, nodes: clampCount(gp.Nodes)}
 		for _, d := range gp.Devices {
-			p.devices = append(p.devices, newPoolDevice(d))
+			p.devices = append(p.devices, kinds.newPoolDevice(d))
 		}
 		cl.pools = append(cl.pools, p)
 		if _, dup := cl.poolByID[gp.Name]; !dup {

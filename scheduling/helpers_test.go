@@ -12,7 +12,7 @@ import (
 func observedPools(c *v1alpha1.InferenceCluster) map[string]*PoolObservation {
 	out := map[string]*PoolObservation{}
 	for _, p := range c.Status.GPUPools {
-		if len(p.ObservedAt) == 0 {
+		if p.ObservedAt == nil {
 			continue
 		}
 		var at string
@@ -24,7 +24,7 @@ func observedPools(c *v1alpha1.InferenceCluster) map[string]*PoolObservation {
 				Count int64  `json:"count"`
 			} `json:"free"`
 		}
-		if json.Unmarshal(p.ObservedAt, &at) != nil || json.Unmarshal(p.ObservedNodes, &nodes) != nil || json.Unmarshal(p.NodesByFreeDevices, &buckets) != nil {
+		if remarshal(p.ObservedAt, &at) != nil || remarshal(p.ObservedNodes, &nodes) != nil || remarshal(p.NodesByFreeDevices, &buckets) != nil {
 			continue
 		}
 		t, err := time.Parse(time.RFC3339, at)
@@ -50,7 +50,7 @@ func scheduledSince(r *v1alpha1.ModelReplica) *time.Time {
 		return nil
 	}
 	var conds []v1alpha1.Condition
-	if json.Unmarshal(r.Status.Conditions, &conds) != nil {
+	if remarshal(r.Status.Conditions, &conds) != nil {
 		return nil
 	}
 	c := v1alpha1.FindCondition(conds, "PodsScheduled")
@@ -62,4 +62,13 @@ func scheduledSince(r *v1alpha1.ModelReplica) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+// remarshal reads decoded JSON into a typed value.
+func remarshal(v, out any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, out)
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 )
@@ -81,17 +82,33 @@ func newPass(s Snapshot, engines []engine) *pass {
 	}
 	// Sort every input first: the plan must not depend on the order the
 	// inputs arrived in.
+	kinds := deviceKinds{}
 	clusters := slices.Clone(s.Clusters)
 	slices.SortStableFunc(clusters, func(a, b Cluster) int { return cmp.Compare(a.Object.Metadata.Name, b.Object.Metadata.Name) })
 	for _, c := range clusters {
 		if _, dup := p.clusters[c.Object.Metadata.Name]; dup {
 			continue
 		}
-		cl := newCluster(c)
+		cl := newCluster(c, kinds)
 		p.clusters[cl.name] = cl
 		p.clusterList = append(p.clusterList, cl)
 	}
-	p.replicas = slices.Clone(s.Replicas)
+	// Only this deployment's replicas and those that may charge a pool
+	// matter; a fleet's other replicas are mostly counted by every report of
+	// their cluster, and are left out before the sort.
+	countedBefore := make(map[string]time.Time, len(p.clusterList))
+	for _, cl := range p.clusterList {
+		if before, ok := CountedBefore(Cluster{Object: cl.obj, Observed: cl.observed}); ok {
+			countedBefore[cl.name] = before
+		}
+	}
+	p.replicas = make([]Replica, 0, len(s.Replicas))
+	for _, r := range s.Replicas {
+		before, ok := countedBefore[r.Object.Spec.ClusterName]
+		if p.ours(r.Object) || !ok || !r.CountedBy(before) {
+			p.replicas = append(p.replicas, r)
+		}
+	}
 	slices.SortStableFunc(p.replicas, func(a, b Replica) int {
 		return cmp.Or(cmp.Compare(a.Object.Metadata.Namespace, b.Object.Metadata.Namespace),
 			cmp.Compare(a.Object.Metadata.Name, b.Object.Metadata.Name))

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/blang/semver/v4"
 	resourceapi "k8s.io/api/resource/v1"
@@ -65,11 +67,56 @@ func (c programCache) get(expr string) *program {
 type poolDevice struct {
 	spec  v1alpha1.Device
 	count int64
-	input dracel.Device
+	kind  *deviceKind
 }
 
-func newPoolDevice(d v1alpha1.Device) poolDevice {
-	return poolDevice{spec: d, count: clampCount(d.Count), input: celDevice(d)}
+// deviceKind is what CEL sees of a device: its driver, attributes and
+// capacity. A fleet publishes the same few kinds on hundreds of pools, so a
+// pass converts each kind once and evaluates each selector on it once.
+type deviceKind struct {
+	input   dracel.Device
+	matches map[*program]bool
+}
+
+// deviceKinds are a pass's device kinds by deviceKey.
+type deviceKinds map[string]*deviceKind
+
+func (k deviceKinds) newPoolDevice(d v1alpha1.Device) poolDevice {
+	key := deviceKey(d)
+	kind := k[key]
+	if kind == nil {
+		kind = &deviceKind{input: celDevice(d), matches: map[*program]bool{}}
+		k[key] = kind
+	}
+	return poolDevice{spec: d, count: clampCount(d.Count), kind: kind}
+}
+
+// deviceKey identifies what CEL sees of a device; every string is quoted,
+// so no two different devices share a key.
+func deviceKey(d v1alpha1.Device) string {
+	var b strings.Builder
+	b.WriteString(strconv.Quote(d.Driver))
+	for _, name := range slices.Sorted(maps.Keys(d.Attributes)) {
+		a := d.Attributes[name]
+		b.WriteString(strconv.Quote(name))
+		switch {
+		case a.Int != nil:
+			b.WriteString("i" + strconv.FormatInt(*a.Int, 10))
+		case a.Bool != nil:
+			b.WriteString("b" + strconv.FormatBool(*a.Bool))
+		case a.String != nil:
+			b.WriteString("s" + strconv.Quote(*a.String))
+		case a.Version != nil:
+			b.WriteString("v" + strconv.Quote(*a.Version))
+		default:
+			b.WriteString("-")
+		}
+	}
+	b.WriteByte('|')
+	for _, name := range slices.Sorted(maps.Keys(d.Capacity)) {
+		b.WriteString(strconv.Quote(name) + strconv.Quote(d.Capacity[name].Value))
+	}
+	return b.String()
 }
 
 // celDevice converts a published device to DRA's CEL input. An attribute or
@@ -137,8 +184,13 @@ func (d *poolDevice) satisfies(programs []*program) bool {
 		if p == nil {
 			return false
 		}
-		ok, _, err := p.result.DeviceMatches(context.Background(), d.input)
-		if err != nil || !ok {
+		ok, seen := d.kind.matches[p]
+		if !seen {
+			matched, _, err := p.result.DeviceMatches(context.Background(), d.kind.input)
+			ok = err == nil && matched
+			d.kind.matches[p] = ok
+		}
+		if !ok {
 			return false
 		}
 	}

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"slices"
@@ -327,15 +326,11 @@ func (s *state) bind(t time.Time) bool {
 // setPodsScheduled writes the replica's PodsScheduled condition as the
 // agent relays it: True since the last pod bound, else False.
 func setPodsScheduled(r *replica) {
-	c := v1alpha1.Condition{Type: observation.ConditionPodsScheduled, Status: "False", Reason: "PodsPending"}
+	c := map[string]any{"type": observation.ConditionPodsScheduled, "status": "False", "reason": "PodsPending"}
 	if r.scheduledAt != nil {
-		c = v1alpha1.Condition{Type: observation.ConditionPodsScheduled, Status: "True", Reason: "PodsBound", LastTransitionTime: r.scheduledAt.UTC().Format(time.RFC3339)}
-	}
-	raw, err := json.Marshal([]v1alpha1.Condition{c})
-	if err != nil {
-		panic(err) // A list of plain conditions always encodes.
+		c = map[string]any{"type": observation.ConditionPodsScheduled, "status": "True", "reason": "PodsBound", "lastTransitionTime": r.scheduledAt.UTC().Format(time.RFC3339)}
 	}
 	obj := *r.obj
-	obj.Status = &v1alpha1.ModelReplicaStatus{Conditions: raw}
+	obj.Status = &v1alpha1.ModelReplicaStatus{Conditions: []any{c}}
 	r.obj = &obj
 }

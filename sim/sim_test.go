@@ -168,8 +168,9 @@ func TestAgent(t *testing.T) {
 		t.Errorf("observedAt of the published report by round: -want, +got:\n%s", diff)
 	}
 	obj := s.clusters[0].object()
-	if got := string(obj.Status.GPUPools[0].NodesByFreeDevices); got != `[{"nodes":2,"free":[{"name":"gpu","count":8}]}]` {
-		t.Errorf("nodesByFreeDevices = %s", got)
+	want2 := []any{map[string]any{"nodes": 2.0, "free": []any{map[string]any{"name": "gpu", "count": 8.0}}}}
+	if diff := cmp.Diff(want2, obj.Status.GPUPools[0].NodesByFreeDevices); diff != "" {
+		t.Errorf("nodesByFreeDevices: -want, +got:\n%s", diff)
 	}
 }
 

@@ -1,7 +1,5 @@
 package v1alpha1
 
-import "encoding/json"
-
 // InferenceCluster is a cluster of the fleet, with the GPU pools it publishes.
 type InferenceCluster struct {
 	TypeMeta `json:",inline"`
@@ -44,16 +42,17 @@ type Gateway struct {
 }
 
 // GPUPool is a pool of identical nodes. ObservedNodes, ObservedAt and
-// NodesByFreeDevices are the cluster agent's report, kept raw for the
+// NodesByFreeDevices are the cluster agent's report, kept as decoded JSON
+// (nil, bool, float64, string, []any or map[string]any) for the
 // observation package to validate.
 type GPUPool struct {
 	Name    string   `json:"name"`
 	Nodes   *int64   `json:"nodes,omitempty"`
 	Devices []Device `json:"devices,omitempty"`
 
-	ObservedNodes      json.RawMessage `json:"observedNodes,omitempty"`
-	ObservedAt         json.RawMessage `json:"observedAt,omitempty"`
-	NodesByFreeDevices json.RawMessage `json:"nodesByFreeDevices,omitempty"`
+	ObservedNodes      any `json:"observedNodes,omitempty"`
+	ObservedAt         any `json:"observedAt,omitempty"`
+	NodesByFreeDevices any `json:"nodesByFreeDevices,omitempty"`
 }
 
 // Device is a kind of device every node of a pool has count of.

@@ -46,9 +46,10 @@ type DeviceRequest struct {
 }
 
 // ModelReplicaStatus is the part of a replica's status the function reads.
-// Conditions stay raw: the observation package judges them.
+// Conditions stay decoded JSON (nil, bool, float64, string, []any or
+// map[string]any): the observation package judges them.
 type ModelReplicaStatus struct {
-	Conditions json.RawMessage `json:"conditions,omitempty"`
+	Conditions any `json:"conditions,omitempty"`
 }
 
 // ModelEndpoint routes to one Ready replica through its cluster's gateway.
