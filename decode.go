@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
+
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/observation"
@@ -32,6 +35,10 @@ type structReader struct {
 	// and each is then allocated once; boxed, the same as decoded JSON.
 	interned map[string]string
 	boxed    map[string]any
+
+	// devices are the devices read so far, by canonical form.
+	devices map[string]v1alpha1.Device
+	keyBuf  []byte
 }
 
 // maxInterned bounds the strings a reader keeps.
@@ -199,7 +206,7 @@ func (r *structReader) decoded(v value, key string) any {
 	case kindBool:
 		return v.num != 0
 	case kindStruct:
-		entries, err := r.object(v, key).entries()
+		entries, err := r.entriesOf(r.object(v, key))
 		if err != nil {
 			r.malformed(key, err)
 		}
@@ -234,10 +241,11 @@ func (r *structReader) stringMap(v value, key string) map[string]string {
 	}
 	r.enter(key, notAnElement)
 	defer r.leave()
-	keys := r.sortedKeys(fields, key)
-	out := make(map[string]string, len(keys))
-	for _, k := range keys {
-		out[k] = r.str(fields.get(k), k)
+	entries := r.sortedEntries(fields, key)
+	out := make(map[string]string, len(entries))
+	for _, e := range entries {
+		k := r.intern(e.key)
+		out[k] = r.str(parseValue(e.val), k)
 	}
 	return out
 }
@@ -250,19 +258,23 @@ func (r *structReader) start() {
 	r.path = r.path[:0]
 }
 
-// sortedKeys are an object's distinct keys in order, so that of several bad
-// values the one named is always the same.
-func (r *structReader) sortedKeys(o object, key string) []string {
-	entries, err := o.entries()
+// sortedEntries are an object's entries in key order, the last of a key
+// winning: of several bad values, the one named is always the same.
+func (r *structReader) sortedEntries(o object, key string) []entry {
+	entries, err := r.entriesOf(o)
 	if err != nil {
 		r.malformed(key, err)
 	}
-	keys := make([]string, 0, len(entries))
-	for _, e := range entries {
-		keys = append(keys, string(e.key))
+	slices.SortStableFunc(entries, func(a, b entry) int { return bytes.Compare(a.key, b.key) })
+	// Of a run of one key, keep the last.
+	out := entries[:0]
+	for i, e := range entries {
+		if i+1 < len(entries) && bytes.Equal(entries[i+1].key, e.key) {
+			continue
+		}
+		out = append(out, e)
 	}
-	slices.Sort(keys)
-	return slices.Compact(keys)
+	return out
 }
 
 // readReplica reads what the scheduler uses of every ModelReplica: its
@@ -395,6 +407,12 @@ func (r *structReader) podsScheduledConditions(conds value) any {
 			r.leave()
 			continue
 		}
+		// A condition whose bytes do not hold the type's name is not of that
+		// type; most of a replica's conditions are skipped without a walk.
+		if !bytes.Contains(c.raw, []byte(podsScheduledType)) {
+			r.leave()
+			continue
+		}
 		// The fields of a condition observation.Replicas reads.
 		conditionKeys := [...]string{"type", "status", "lastTransitionTime"}
 		var fields [len(conditionKeys)]value
@@ -413,8 +431,11 @@ func (r *structReader) podsScheduledConditions(conds value) any {
 	return out
 }
 
+// podsScheduledType is the type of condition readReplica reads.
+const podsScheduledType = observation.ConditionPodsScheduled
+
 func isPodsScheduled(typ value) bool {
-	return typ.kind == kindString && string(typ.raw) == observation.ConditionPodsScheduled
+	return typ.kind == kindString && string(typ.raw) == podsScheduledType
 }
 
 // readCluster reads what the scheduler uses of an InferenceCluster: nothing
@@ -471,14 +492,15 @@ func (r *structReader) readCluster(s []byte) (*v1alpha1.InferenceCluster, error)
 // pool reads a GPU pool; the agent's report is only decoded, for the
 // observation package to judge.
 func (r *structReader) pool(v value) v1alpha1.GPUPool {
-	f := r.object(v, "")
+	var f [6]value
+	r.object(v, "").fields([]string{"name", "nodes", "devices", "observedNodes", "observedAt", "nodesByFreeDevices"}, f[:])
 	p := v1alpha1.GPUPool{
-		Name: r.str(f.get("name"), "name"), Nodes: r.integer(f.get("nodes"), "nodes"),
-		ObservedNodes:      r.decoded(f.get("observedNodes"), "observedNodes"),
-		ObservedAt:         r.decoded(f.get("observedAt"), "observedAt"),
-		NodesByFreeDevices: r.decoded(f.get("nodesByFreeDevices"), "nodesByFreeDevices"),
+		Name: r.str(f[0], "name"), Nodes: r.integer(f[1], "nodes"),
+		ObservedNodes:      r.decoded(f[3], "observedNodes"),
+		ObservedAt:         r.decoded(f[4], "observedAt"),
+		NodesByFreeDevices: r.decoded(f[5], "nodesByFreeDevices"),
 	}
-	for di, dv := range r.list(f.get("devices"), "devices") {
+	for di, dv := range r.list(f[2], "devices") {
 		r.enter("devices", di)
 		p.Devices = append(p.Devices, r.device(dv))
 		r.leave()
@@ -486,26 +508,98 @@ func (r *structReader) pool(v value) v1alpha1.GPUPool {
 	return p
 }
 
+// device reads a pool's device. Fleets publish the same few devices on
+// hundreds of pools: a device equal to one read before (canonically, as
+// map order on the wire may differ) is that one, maps and all, shared.
 func (r *structReader) device(v value) v1alpha1.Device {
-	f := r.object(v, "")
-	d := v1alpha1.Device{
-		Name: r.str(f.get("name"), "name"), Claim: r.str(f.get("claim"), "claim"), Driver: r.str(f.get("driver"), "driver"),
-		DeviceClassName: r.str(f.get("deviceClassName"), "deviceClassName"), Count: r.integer(f.get("count"), "count"),
+	if v.kind == kindStruct {
+		key, err := r.canonical(r.keyBuf[:0], v)
+		r.keyBuf = key
+		if err == nil {
+			if d, ok := r.devices[string(key)]; ok {
+				return d
+			}
+			before := r.err
+			d := r.readDevice(v)
+			if r.err == before {
+				if r.devices == nil {
+					r.devices = map[string]v1alpha1.Device{}
+				}
+				r.devices[string(key)] = d
+			}
+			return d
+		}
 	}
-	if attrs := r.object(f.get("attributes"), "attributes"); attrs != nil {
+	return r.readDevice(v)
+}
+
+// canonical appends a value in a form equal for equal values whatever the
+// order of their objects' entries on the wire: kind, then length-prefixed
+// bytes, objects' entries sorted by key (the last of a key winning).
+func (r *structReader) canonical(b []byte, v value) ([]byte, error) {
+	b = append(b, byte(v.kind))
+	switch v.kind {
+	case kindStruct:
+		entries, err := r.entriesOf(object(v.raw))
+		if err != nil {
+			return nil, err
+		}
+		slices.SortStableFunc(entries, func(x, y entry) int { return bytes.Compare(x.key, y.key) })
+		for i, e := range entries {
+			if i+1 < len(entries) && bytes.Equal(entries[i+1].key, e.key) {
+				continue
+			}
+			b = protowire.AppendBytes(b, e.key)
+			if b, err = r.canonical(b, parseValue(e.val)); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, 0), nil
+	case kindList:
+		list, err := r.parseList(v.raw)
+		if err != nil {
+			return nil, err
+		}
+		b = protowire.AppendVarint(b, uint64(len(list)))
+		for _, e := range list {
+			if b, err = r.canonical(b, e); err != nil {
+				return nil, err
+			}
+		}
+		return b, nil
+	case kindNumber:
+		return protowire.AppendFixed64(b, math.Float64bits(v.num)), nil
+	case kindMalformed:
+		return nil, errTruncated
+	case kindAbsent, kindNull, kindString, kindBool:
+	}
+	b = protowire.AppendVarint(b, uint64(v.num))
+	return protowire.AppendBytes(b, v.raw), nil
+}
+
+func (r *structReader) readDevice(v value) v1alpha1.Device {
+	var f [7]value
+	r.object(v, "").fields([]string{"name", "claim", "driver", "deviceClassName", "count", "attributes", "capacity"}, f[:])
+	d := v1alpha1.Device{
+		Name: r.str(f[0], "name"), Claim: r.str(f[1], "claim"), Driver: r.str(f[2], "driver"),
+		DeviceClassName: r.str(f[3], "deviceClassName"), Count: r.integer(f[4], "count"),
+	}
+	if attrs := r.object(f[5], "attributes"); attrs != nil {
 		r.enter("attributes", notAnElement)
-		keys := r.sortedKeys(attrs, "")
-		d.Attributes = make(map[string]v1alpha1.DeviceAttribute, len(keys))
-		for _, k := range keys {
-			af := r.object(attrs.get(k), k)
+		entries := r.sortedEntries(attrs, "")
+		d.Attributes = make(map[string]v1alpha1.DeviceAttribute, len(entries))
+		for _, e := range entries {
+			k := r.intern(e.key)
+			var af [4]value
+			r.object(parseValue(e.val), k).fields([]string{"int", "bool", "string", "version"}, af[:])
 			r.enter(k, notAnElement)
-			a := v1alpha1.DeviceAttribute{Int: r.integer(af.get("int"), "int"), Bool: r.boolean(af.get("bool"), "bool")}
-			if !af.get("string").absent() {
-				s := r.str(af.get("string"), "string")
+			a := v1alpha1.DeviceAttribute{Int: r.integer(af[0], "int"), Bool: r.boolean(af[1], "bool")}
+			if !af[2].absent() {
+				s := r.str(af[2], "string")
 				a.String = &s
 			}
-			if !af.get("version").absent() {
-				s := r.str(af.get("version"), "version")
+			if !af[3].absent() {
+				s := r.str(af[3], "version")
 				a.Version = &s
 			}
 			d.Attributes[k] = a
@@ -513,12 +607,13 @@ func (r *structReader) device(v value) v1alpha1.Device {
 		}
 		r.leave()
 	}
-	if capacity := r.object(f.get("capacity"), "capacity"); capacity != nil {
+	if capacity := r.object(f[6], "capacity"); capacity != nil {
 		r.enter("capacity", notAnElement)
-		keys := r.sortedKeys(capacity, "")
-		d.Capacity = make(map[string]v1alpha1.DeviceCapacityVal, len(keys))
-		for _, k := range keys {
-			cf := r.object(capacity.get(k), k)
+		entries := r.sortedEntries(capacity, "")
+		d.Capacity = make(map[string]v1alpha1.DeviceCapacityVal, len(entries))
+		for _, e := range entries {
+			k := r.intern(e.key)
+			cf := r.object(parseValue(e.val), k)
 			r.enter(k, notAnElement)
 			d.Capacity[k] = v1alpha1.DeviceCapacityVal{Value: r.str(cf.get("value"), "value")}
 			r.leave()

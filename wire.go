@@ -103,9 +103,9 @@ func (o object) fields(keys []string, out []value) {
 	}
 }
 
-// entries are the object's entries in wire order.
-func (o object) entries() ([]entry, error) {
-	var out []entry
+// entriesOf are an object's entries in wire order, in the reader's buffer.
+func (w *wireReader) entriesOf(o object) ([]entry, error) {
+	start := len(w.entries)
 	for b := []byte(o); len(b) > 0; {
 		e, ok, rest, err := nextEntry(b)
 		if err != nil {
@@ -113,10 +113,10 @@ func (o object) entries() ([]entry, error) {
 		}
 		b = rest
 		if ok {
-			out = append(out, e)
+			w.entries = append(w.entries, e)
 		}
 	}
-	return out, nil
+	return w.entries[start:len(w.entries):len(w.entries)], nil
 }
 
 var errTruncated = errors.New("truncated or malformed protobuf")
@@ -206,16 +206,18 @@ func parseValue(b []byte) value {
 	return v
 }
 
-// wireReader parses lists into a buffer it reuses for every object it
-// reads, so a replica costs no allocation for its structure.
+// wireReader parses lists and entries into buffers it reuses for every
+// object it reads, so an object costs no allocation for its structure.
 type wireReader struct {
-	values []value
+	values  []value
+	entries []entry
 }
 
-// reset drops every list parsed so far; the lists returned before must no
-// longer be used.
+// reset drops everything parsed so far; the lists and entries returned
+// before must no longer be used.
 func (w *wireReader) reset() {
 	w.values = w.values[:0]
+	w.entries = w.entries[:0]
 }
 
 // nextEntry reads the next field of a Struct: ok when it is an entry.

@@ -25,7 +25,7 @@ type pool struct {
 	devices []poolDevice
 }
 
-func newCluster(c Cluster, kinds deviceKinds) *cluster {
+func newCluster(c Cluster, kinds *deviceKinds) *cluster {
 	cl := &cluster{
 		name:     c.Object.Metadata.Name,
 		obj:      c.Object,

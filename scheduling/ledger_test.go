@@ -33,14 +33,14 @@ func ledgerNodes(l *poolLedger) map[string]int64 {
 
 // testPool is pool i of a fixture cluster, prepared as a pass prepares it.
 func testPool(p v1alpha1.GPUPool) *pool {
-	return newCluster(Cluster{Object: fx.Cluster("a").Pools(p).Obj()}, deviceKinds{}).pools[0]
+	return newCluster(Cluster{Object: fx.Cluster("a").Pools(p).Obj()}, newDeviceKinds()).pools[0]
 }
 
 // ledgerOf builds the ledger a pass starts a pool with: free-device when the
 // pool carries an agent report, whole-node otherwise.
 func ledgerOf(p v1alpha1.GPUPool) *poolLedger {
 	c := fx.Cluster("a").Pools(p).Obj()
-	pl := newCluster(Cluster{Object: c}, deviceKinds{}).pools[0]
+	pl := newCluster(Cluster{Object: c}, newDeviceKinds()).pools[0]
 	if obs := observedPools(c)[p.Name]; obs != nil {
 		return newFreeDeviceLedger(pl, obs)
 	}

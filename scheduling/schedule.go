@@ -82,7 +82,7 @@ func newPass(s Snapshot, engines []engine) *pass {
 	}
 	// Sort every input first: the plan must not depend on the order the
 	// inputs arrived in.
-	kinds := deviceKinds{}
+	kinds := newDeviceKinds()
 	clusters := slices.Clone(s.Clusters)
 	slices.SortStableFunc(clusters, func(a, b Cluster) int { return cmp.Compare(a.Object.Metadata.Name, b.Object.Metadata.Name) })
 	for _, c := range clusters {

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/blang/semver/v4"
 	resourceapi "k8s.io/api/resource/v1"
@@ -79,44 +78,62 @@ type deviceKind struct {
 }
 
 // deviceKinds are a pass's device kinds by deviceKey.
-type deviceKinds map[string]*deviceKind
+type deviceKinds struct {
+	byKey map[string]*deviceKind
+	key   []byte
+	names []string
+}
 
-func (k deviceKinds) newPoolDevice(d v1alpha1.Device) poolDevice {
-	key := deviceKey(d)
-	kind := k[key]
+func newDeviceKinds() *deviceKinds {
+	return &deviceKinds{byKey: map[string]*deviceKind{}}
+}
+
+func (k *deviceKinds) newPoolDevice(d v1alpha1.Device) poolDevice {
+	k.key = k.appendKey(k.key[:0], d)
+	kind := k.byKey[string(k.key)]
 	if kind == nil {
 		kind = &deviceKind{input: celDevice(d), matches: map[*program]bool{}}
-		k[key] = kind
+		k.byKey[string(k.key)] = kind
 	}
 	return poolDevice{spec: d, count: clampCount(d.Count), kind: kind}
 }
 
-// deviceKey identifies what CEL sees of a device; every string is quoted,
-// so no two different devices share a key.
-func deviceKey(d v1alpha1.Device) string {
-	var b strings.Builder
-	b.WriteString(strconv.Quote(d.Driver))
-	for _, name := range slices.Sorted(maps.Keys(d.Attributes)) {
+// appendKey appends what identifies a device to CEL: its driver, attributes
+// and capacity, every string quoted so that no two different devices share
+// a key.
+func (k *deviceKinds) appendKey(b []byte, d v1alpha1.Device) []byte {
+	b = strconv.AppendQuote(b, d.Driver)
+	k.names = k.names[:0]
+	for name := range d.Attributes {
+		k.names = append(k.names, name)
+	}
+	slices.Sort(k.names)
+	for _, name := range k.names {
 		a := d.Attributes[name]
-		b.WriteString(strconv.Quote(name))
+		b = strconv.AppendQuote(b, name)
 		switch {
 		case a.Int != nil:
-			b.WriteString("i" + strconv.FormatInt(*a.Int, 10))
+			b = strconv.AppendInt(append(b, 'i'), *a.Int, 10)
 		case a.Bool != nil:
-			b.WriteString("b" + strconv.FormatBool(*a.Bool))
+			b = strconv.AppendBool(append(b, 'b'), *a.Bool)
 		case a.String != nil:
-			b.WriteString("s" + strconv.Quote(*a.String))
+			b = strconv.AppendQuote(append(b, 's'), *a.String)
 		case a.Version != nil:
-			b.WriteString("v" + strconv.Quote(*a.Version))
+			b = strconv.AppendQuote(append(b, 'v'), *a.Version)
 		default:
-			b.WriteString("-")
+			b = append(b, '-')
 		}
 	}
-	b.WriteByte('|')
-	for _, name := range slices.Sorted(maps.Keys(d.Capacity)) {
-		b.WriteString(strconv.Quote(name) + strconv.Quote(d.Capacity[name].Value))
+	b = append(b, '|')
+	k.names = k.names[:0]
+	for name := range d.Capacity {
+		k.names = append(k.names, name)
 	}
-	return b.String()
+	slices.Sort(k.names)
+	for _, name := range k.names {
+		b = strconv.AppendQuote(strconv.AppendQuote(b, name), d.Capacity[name].Value)
+	}
+	return b
 }
 
 // celDevice converts a published device to DRA's CEL input. An attribute or
@@ -163,6 +180,9 @@ func attributeValue(a v1alpha1.DeviceAttribute) (resourceapi.DeviceAttribute, st
 // DeviceDefects names, in order, each attribute and capacity of a published
 // device that DRA's CEL cannot read.
 func DeviceDefects(d v1alpha1.Device) []string {
+	if !hasDefects(d) {
+		return nil
+	}
 	var out []string
 	for _, name := range slices.Sorted(maps.Keys(d.Attributes)) {
 		if _, defect := attributeValue(d.Attributes[name]); defect != "" {
@@ -175,6 +195,22 @@ func DeviceDefects(d v1alpha1.Device) []string {
 		}
 	}
 	return out
+}
+
+// hasDefects is whether DeviceDefects has any to name, without the work of
+// naming them in order: pools are many, defects rare.
+func hasDefects(d v1alpha1.Device) bool {
+	for _, a := range d.Attributes {
+		if _, defect := attributeValue(a); defect != "" {
+			return true
+		}
+	}
+	for _, c := range d.Capacity {
+		if _, err := resource.ParseQuantity(c.Value); err != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // satisfies reports whether the device meets every selector. A CEL runtime
