@@ -39,6 +39,9 @@ type structReader struct {
 	// devices are the devices read so far, by canonical form.
 	devices map[string]v1alpha1.Device
 	keyBuf  []byte
+
+	// cacheKey is the replica cache's key of the replica being read.
+	cacheKey []byte
 }
 
 // maxInterned bounds the strings a reader keeps.
@@ -278,18 +281,24 @@ func (r *structReader) sortedEntries(o object, key string) []entry {
 }
 
 // readReplica reads what the scheduler uses of every ModelReplica: its
-// identity, its cluster and its PodsScheduled condition. Its engines, the
-// pins and stamped requests, are returned still on the wire for readPins:
-// the scheduler needs them only of the replicas it may charge or keep.
-func (r *structReader) readReplica(s []byte) (*v1alpha1.ModelReplica, value, error) {
+// identity, its cluster and its PodsScheduled condition; from the cache
+// when it holds this version of the replica. Its spec is returned still on
+// the wire for readPins: the scheduler needs the engines (pins and stamped
+// requests) only of the replicas it may charge or keep.
+func (r *structReader) readReplica(s []byte, cache *replicaCache, call uint64) (*v1alpha1.ModelReplica, object, error) {
 	r.start()
-	out := &v1alpha1.ModelReplica{}
 	// Each object is read in one walk of its entries.
 	var top [3]value
 	object(s).fields([]string{"metadata", "spec", "status"}, top[:])
+	var meta [5]value
+	r.object(top[0], "metadata").fields([]string{"name", "namespace", "labels", "uid", "resourceVersion"}, meta[:])
+	spec := r.object(top[1], "spec")
+	r.cacheKey = appendReplicaKey(r.cacheKey[:0], meta[1], meta[0], meta[3], meta[4])
+	if cached, ok := cache.get(r.cacheKey, call); ok {
+		return cached, spec, r.err
+	}
 
-	var meta [3]value
-	r.object(top[0], "metadata").fields([]string{"name", "namespace", "labels"}, meta[:])
+	out := &v1alpha1.ModelReplica{}
 	r.enter("metadata", notAnElement)
 	out.Metadata.Name = r.unique(meta[0], "name")
 	out.Metadata.Namespace = r.str(meta[1], "namespace")
@@ -309,10 +318,8 @@ func (r *structReader) readReplica(s []byte) (*v1alpha1.ModelReplica, value, err
 	}
 	r.leave()
 
-	var spec [2]value
-	r.object(top[1], "spec").fields([]string{"clusterName", "engines"}, spec[:])
 	r.enter("spec", notAnElement)
-	out.Spec.ClusterName = r.str(spec[0], "clusterName")
+	out.Spec.ClusterName = r.str(spec.get("clusterName"), "clusterName")
 	r.leave()
 
 	if conds := r.object(top[2], "status").get("conditions"); !conds.absent() {
@@ -320,14 +327,17 @@ func (r *structReader) readReplica(s []byte) (*v1alpha1.ModelReplica, value, err
 		out.Status = &v1alpha1.ModelReplicaStatus{Conditions: r.podsScheduledConditions(conds)}
 		r.leave()
 	}
-	return out, spec[1], r.err
+	if r.err == nil {
+		cache.put(r.cacheKey, call, out)
+	}
+	return out, spec, r.err
 }
 
-// readPins reads a replica's spec.engines, as readReplica returned it.
-func (r *structReader) readPins(engines value, into *v1alpha1.ModelReplica) error {
+// readPins reads a replica's spec.engines, of the spec readReplica returned.
+func (r *structReader) readPins(spec object, into *v1alpha1.ModelReplica) error {
 	r.start()
 	r.enter("spec", notAnElement)
-	for ei, ev := range r.list(engines, "engines") {
+	for ei, ev := range r.list(spec.get("engines"), "engines") {
 		r.enter("engines", ei)
 		ef := r.object(ev, "")
 		e := v1alpha1.ReplicaEngine{Name: r.str(ef.get("name"), "name"), Copies: r.integer(ef.get("copies"), "copies")}

@@ -182,7 +182,7 @@ func readReplicaStruct(s *structpb.Struct) (*v1alpha1.ModelReplica, error) {
 		return nil, err
 	}
 	var r structReader
-	rep, pins, err := r.readReplica(b)
+	rep, pins, err := r.readReplica(b, nil, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -117,9 +117,9 @@ func describeJSONError(err error) error {
 type fleet struct {
 	clusters []*v1alpha1.InferenceCluster
 	replicas []*v1alpha1.ModelReplica
-	// pins are the replicas' spec.engines, still on the wire: readPins reads
-	// those the scheduler needs.
-	pins []value
+	// specs are the replicas' specs, still on the wire: readPins reads the
+	// engines of those the scheduler needs.
+	specs []object
 	// cacheRef is the referenced ModelCache, nil when none is referenced.
 	cacheRef *v1alpha1.LocalRef
 	// cacheFound is whether the referenced ModelCache exists.
@@ -131,7 +131,7 @@ type fleet struct {
 
 // readFleet asks for the required resources, the same on every call, and
 // reads them once Crossplane has resolved them. A nil fleet means not yet.
-func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment) (*fleet, error) {
+func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, cache *replicaCache) (*fleet, error) {
 	spec := xr.Spec.Template.Spec
 	rsp.Requirements = &fnv1.Requirements{Resources: map[string]*fnv1.ResourceSelector{
 		requiredReplicas: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelReplica, Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{}}},
@@ -190,9 +190,10 @@ func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *
 		out.clusters = append(out.clusters, c)
 	}
 	out.replicas = make([]*v1alpha1.ModelReplica, 0, len(replicaItems))
-	out.pins = make([]value, 0, len(replicaItems))
+	out.specs = make([]object, 0, len(replicaItems))
+	call := cache.begin()
 	for _, item := range replicaItems {
-		rep, pins, err := r.readReplica(item)
+		rep, spec, err := r.readReplica(item, cache, call)
 		if err != nil {
 			err = fmt.Errorf("cannot read ModelReplica %s: %w", nameOf(item), err)
 			if isOurs(item, xr) {
@@ -202,7 +203,7 @@ func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *
 			continue
 		}
 		out.replicas = append(out.replicas, rep)
-		out.pins = append(out.pins, pins)
+		out.specs = append(out.specs, spec)
 	}
 	return out, nil
 }
@@ -243,7 +244,7 @@ func (fl *fleet) readPins(xr *v1alpha1.ModelDeployment, clusters []scheduling.Cl
 			kept = append(kept, rep)
 			continue
 		}
-		if err := r.readPins(fl.pins[i], obj); err != nil {
+		if err := r.readPins(fl.specs[i], obj); err != nil {
 			err = fmt.Errorf("cannot read ModelReplica %s/%s: %w", obj.Metadata.Namespace, obj.Metadata.Name, err)
 			if ours {
 				return nil, err

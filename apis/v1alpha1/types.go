@@ -51,9 +51,11 @@ const (
 
 // ObjectMeta is the part of Kubernetes object metadata the function uses.
 type ObjectMeta struct {
-	Name      string            `json:"name,omitempty"`
-	Namespace string            `json:"namespace,omitempty"`
-	Labels    map[string]string `json:"labels,omitempty"`
+	Name            string            `json:"name,omitempty"`
+	Namespace       string            `json:"namespace,omitempty"`
+	UID             string            `json:"uid,omitempty"`
+	ResourceVersion string            `json:"resourceVersion,omitempty"`
+	Labels          map[string]string `json:"labels,omitempty"`
 }
 
 // TypeMeta is an object's apiVersion and kind.

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/crossplane/function-sdk-go/logging"
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+)
+
+// serve runs f on a request as the server receives it, through the request
+// codec.
+func serve(t *testing.T, f *Function, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+	t.Helper()
+	wire, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatalf("proto.Marshal(...): %v", err)
+	}
+	served := &fnv1.RunFunctionRequest{}
+	if err := unmarshalRequest(wire, served); err != nil {
+		t.Fatalf("unmarshalRequest(...): %v", err)
+	}
+	rsp, err := f.RunFunction(context.Background(), served)
+	if err != nil {
+		t.Fatalf("RunFunction(...): %v", err)
+	}
+	return rsp
+}
+
+func cachingFunction() *Function {
+	return &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, replicas: newReplicaCache()}
+}
+
+// versioned gives a replica the uid and resourceVersion the API server
+// would.
+func versioned(r *v1alpha1.ModelReplica, uid, resourceVersion string) *v1alpha1.ModelReplica {
+	r.Metadata.UID, r.Metadata.ResourceVersion = uid, resourceVersion
+	return r
+}
+
+// cacheFleet is a pool of two one-GPU nodes, observed a minute ago with one
+// free: the other holds another deployment's replica, scheduled at
+// scheduledAt.
+func cacheFleet(t *testing.T, scheduledAt time.Time, resourceVersion string) *fnv1.RunFunctionRequest {
+	t.Helper()
+	cluster := fx.Cluster("a").Pools(fx.Pool("default", 2).Devices(fx.GPU("gpu", 1, "80Gi")).
+		Observed(now.Add(-time.Minute), 2, fx.NodesFree(1, "gpu", 1), fx.NodesFree(1, "gpu", 0)).Obj()).Obj()
+	other := versioned(fx.Replica("other", "a", 0).PodsScheduled("True", scheduledAt).Obj(), "uid-other", resourceVersion)
+	xr := fx.Deployment("m").Engines(fx.Standalone("main", fx.GPURequest(1))).Obj()
+	return request(t, xr, []any{cluster}, []any{other})
+}
+
+func TestReplicaCache(t *testing.T) {
+	counted := now.Add(-2 * time.Minute)  // before the pool's report: counted by it
+	charged := now.Add(-10 * time.Second) // after it: charged on top
+	type call struct {
+		scheduledAt     time.Time
+		resourceVersion string
+	}
+	cases := map[string]struct {
+		reason string
+		calls  []call
+		// wantCached is how many replicas the cache holds after the calls.
+		wantCached int
+	}{
+		"UnchangedReplicaServedFromCache": {
+			reason:     "A replica whose resourceVersion did not change is read once and served from the cache after.",
+			calls:      []call{{counted, "1"}, {counted, "1"}, {counted, "1"}},
+			wantCached: 1,
+		},
+		"ChangedReplicaReadAgain": {
+			reason:     "A replica whose resourceVersion changed is read again: its pods were rescheduled after the report, so it is now charged and the pool is full.",
+			calls:      []call{{counted, "1"}, {charged, "2"}},
+			wantCached: 2,
+		},
+		"ChangedBack": {
+			reason:     "Each version is cached under its own resourceVersion.",
+			calls:      []call{{counted, "1"}, {charged, "2"}, {counted, "3"}},
+			wantCached: 3,
+		},
+		"NoResourceVersionNotCached": {
+			reason:     "An object without a resourceVersion, as in a render fixture, is never cached.",
+			calls:      []call{{counted, ""}, {charged, ""}},
+			wantCached: 0,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := cachingFunction()
+			for i, c := range tc.calls {
+				req := cacheFleet(t, c.scheduledAt, c.resourceVersion)
+				want := run(t, req) // a server's first call: nothing cached
+				got := serve(t, f, req)
+				if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+					t.Errorf("%s\ncall %d: -uncached, +cached:\n%s", tc.reason, i, diff)
+				}
+			}
+			if got := len(f.replicas.entries); got != tc.wantCached {
+				t.Errorf("%s\ncached replicas: want %d, got %d", tc.reason, tc.wantCached, got)
+			}
+		})
+	}
+}
+
+// TestReplicaCacheChargesTheNewVersion checks the case above by its effect,
+// not only against an uncached call: the changed replica must close the
+// pool.
+func TestReplicaCacheChargesTheNewVersion(t *testing.T) {
+	f := cachingFunction()
+	placed := func(rsp *fnv1.RunFunctionResponse) int {
+		n := 0
+		for k := range rsp.GetDesired().GetResources() {
+			if len(k) > 8 && k[:8] == "replica-" {
+				n++
+			}
+		}
+		return n
+	}
+	if got := placed(serve(t, f, cacheFleet(t, now.Add(-2*time.Minute), "1"))); got != 1 {
+		t.Fatalf("first call placed %d replicas, want 1 on the free node", got)
+	}
+	if got := placed(serve(t, f, cacheFleet(t, now.Add(-10*time.Second), "2"))); got != 0 {
+		t.Errorf("after the other replica changed, placed %d replicas, want 0: it is charged on top of the report and the pool is full", got)
+	}
+}
+
+func TestReplicaCacheSweep(t *testing.T) {
+	f := cachingFunction()
+	serve(t, f, cacheFleet(t, now.Add(-2*time.Minute), "1"))
+	// Calls that no longer carry the replica (its resourceVersion moved on)
+	// leave the first version unread; a sweep drops it.
+	for i := range replicaCacheSweepEvery * 2 {
+		serve(t, f, cacheFleet(t, now.Add(-2*time.Minute), fmt.Sprint(2+i)))
+	}
+	// An entry outlives its last read by sweepEvery to 2 x sweepEvery calls.
+	if got := len(f.replicas.entries); got > 2*replicaCacheSweepEvery {
+		t.Errorf("cached replicas after %d calls with a new version each: %d, want at most %d", replicaCacheSweepEvery*2, got, 2*replicaCacheSweepEvery)
+	}
+	if _, ok := f.replicas.entries[string(appendReplicaKey(nil,
+		value{kind: kindString, raw: []byte(fx.Namespace)}, value{kind: kindString, raw: []byte("other-a-0")},
+		value{kind: kindString, raw: []byte("uid-other")}, value{kind: kindString, raw: []byte("1")}))]; ok {
+		t.Error("the first version, unread for many calls, is still cached")
+	}
+}
+
+// TestReplicaCacheConcurrentCalls runs calls of one server at once, as
+// gRPC does; run with -race it checks the cache is safe for it.
+func TestReplicaCacheConcurrentCalls(t *testing.T) {
+	f := cachingFunction()
+	reqs := []*fnv1.RunFunctionRequest{
+		cacheFleet(t, now.Add(-2*time.Minute), "1"),
+		cacheFleet(t, now.Add(-10*time.Second), "2"),
+	}
+	want := []*fnv1.RunFunctionResponse{run(t, reqs[0]), run(t, reqs[1])}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for j := range 20 {
+				k := (i + j) % 2
+				if diff := cmp.Diff(want[k], serve(t, f, reqs[k]), protocmp.Transform()); diff != "" {
+					t.Errorf("concurrent call: -uncached, +cached:\n%s", diff)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
