@@ -108,10 +108,14 @@ func benchCluster(i int) *v1alpha1.InferenceCluster {
 				fx.NodesFree(10, "gpu", 8), fx.NodesFree(6, "gpu", 4), fx.NodesFree(5, "gpu", 2),
 				fx.NodesFree(4, "gpu", 1), fx.NodesFree(7, "gpu", 0)).Obj())
 	}
-	return fx.Cluster(fmt.Sprintf("cluster-%03d", i)).
+	c := fx.Cluster(fmt.Sprintf("cluster-%03d", i)).
 		Hostname(fmt.Sprintf("gw.cluster-%03d.inference.example.com", i)).
 		Labels(map[string]string{"region": fmt.Sprintf("region-%d", i%5), "modelplane.ai/fleet": "prod"}).
 		Pools(pools...).Obj()
+	// As the API server returns it, with a uid and a resourceVersion.
+	c.Metadata.UID = fmt.Sprintf("00000000-0000-4000-9000-%012d", i)
+	c.Metadata.ResourceVersion = strconv.Itoa(900_000 + i)
+	return c
 }
 
 // benchFleet is the benchmark fleet carrying n replicas of other
@@ -244,7 +248,7 @@ func BenchmarkRunFunction(b *testing.B) {
 					b.Fatal(err)
 				}
 				server := func() *Function {
-					return &Function{now: func() time.Time { return benchNow }, replicas: newReplicaCache()}
+					return &Function{now: func() time.Time { return benchNow }, caches: newCaches()}
 				}
 				f := server()
 				serve := func() (*fnv1.RunFunctionResponse, error) {

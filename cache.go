@@ -9,38 +9,56 @@ import (
 )
 
 // Crossplane calls the function for every ModelDeployment it reconciles,
-// each time with every ModelReplica of the fleet, and between two calls
-// nearly all of them are unchanged. The replica cache keeps what
-// readReplica read of each, across calls, for as long as the object is the
-// same: Kubernetes gives every change of an object a new resourceVersion.
-// An object without a uid and a resourceVersion (a render fixture) is never
-// cached.
+// each time with every InferenceCluster and ModelReplica of the fleet, and
+// between two calls nearly all of them are unchanged. The object caches
+// keep what was read of each, across calls, for as long as the object is
+// the same: Kubernetes gives every change of an object a new
+// resourceVersion. An object without a uid and a resourceVersion (a render
+// fixture) is never cached.
 
-// replicaCacheSweepEvery is how many calls go by between two sweeps of the
+// replicaCacheSweepEvery is how many calls go by between two sweeps of a
 // cache, and how many calls an entry no call has read survives.
 const replicaCacheSweepEvery = 16
 
-// replicaCache is safe for concurrent calls.
-type replicaCache struct {
+// objectCache is safe for concurrent calls. What it holds is shared by
+// every call that reads it, and must never be changed: a caller that needs
+// to fill in a field works on a copy.
+type objectCache[T any] struct {
 	mu      sync.Mutex
 	calls   uint64
-	entries map[string]cachedReplica
+	entries map[string]*cachedObject[T]
 }
 
-type cachedReplica struct {
-	// replica is what readReplica returned, never handed out itself: the
-	// caller gets a copy whose engines it may fill in.
-	replica  v1alpha1.ModelReplica
+type cachedObject[T any] struct {
+	object   *T
 	lastCall uint64
 }
 
-func newReplicaCache() *replicaCache {
-	return &replicaCache{entries: map[string]cachedReplica{}}
+func newObjectCache[T any]() *objectCache[T] {
+	return &objectCache[T]{entries: map[string]*cachedObject[T]{}}
 }
+
+// caches are a server's object caches; nil ones cache nothing.
+type caches struct {
+	clusters *clusterCache
+	replicas *replicaCache
+}
+
+func newCaches() caches {
+	return caches{clusters: newObjectCache[v1alpha1.InferenceCluster](), replicas: newReplicaCache()}
+}
+
+// replicaCache holds what readReplica read of each ModelReplica.
+type replicaCache = objectCache[v1alpha1.ModelReplica]
+
+func newReplicaCache() *replicaCache { return newObjectCache[v1alpha1.ModelReplica]() }
+
+// clusterCache holds what readCluster read of each InferenceCluster.
+type clusterCache = objectCache[v1alpha1.InferenceCluster]
 
 // begin starts a call: it returns the call's number, and sweeps out the
 // entries no recent call has read.
-func (c *replicaCache) begin() uint64 {
+func (c *objectCache[T]) begin() uint64 {
 	if c == nil {
 		return 0
 	}
@@ -57,8 +75,8 @@ func (c *replicaCache) begin() uint64 {
 	return c.calls
 }
 
-// get returns a copy of the replica cached under key, if any.
-func (c *replicaCache) get(key []byte, call uint64) (*v1alpha1.ModelReplica, bool) {
+// get returns the object cached under key, if any, not to be changed.
+func (c *objectCache[T]) get(key []byte, call uint64) (*T, bool) {
 	if c == nil || key == nil {
 		return nil, false
 	}
@@ -69,32 +87,32 @@ func (c *replicaCache) get(key []byte, call uint64) (*v1alpha1.ModelReplica, boo
 		return nil, false
 	}
 	e.lastCall = max(e.lastCall, call)
-	c.entries[string(key)] = e
-	out := e.replica
-	return &out, true
+	return e.object, true
 }
 
-// put caches a copy of a replica, as read, under key.
-func (c *replicaCache) put(key []byte, call uint64, r *v1alpha1.ModelReplica) {
+// put caches an object, as read, under key; from then on it must never be
+// changed.
+func (c *objectCache[T]) put(key []byte, call uint64, o *T) {
 	if c == nil || key == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.entries[string(key)] = cachedReplica{replica: *r, lastCall: call}
+	c.entries[string(key)] = &cachedObject[T]{object: o, lastCall: call}
 }
 
-// appendReplicaKey appends the cache key of a replica: namespace, name, uid
-// and resourceVersion, each length-prefixed. It returns nil when the object
-// has no uid or no resourceVersion to tell its versions apart.
-func appendReplicaKey(b []byte, namespace, name, uid, resourceVersion value) []byte {
-	for _, v := range []value{namespace, name, uid, resourceVersion} {
-		if v.kind != kindString {
+// appendObjectKey appends the cache key of an object: namespace (none for
+// a cluster-scoped object), name, uid and resourceVersion, each
+// length-prefixed. It returns nil when the object has no uid or no
+// resourceVersion to tell its versions apart.
+func appendObjectKey(b []byte, namespace, name, uid, resourceVersion value) []byte {
+	if namespace.kind != kindString && !namespace.absent() {
+		return nil
+	}
+	for _, v := range []value{name, uid, resourceVersion} {
+		if v.kind != kindString || len(v.raw) == 0 {
 			return nil
 		}
-	}
-	if len(uid.raw) == 0 || len(resourceVersion.raw) == 0 {
-		return nil
 	}
 	for _, v := range []value{namespace, name, uid, resourceVersion} {
 		b = protowire.AppendBytes(b, v.raw)

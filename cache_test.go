@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func serve(t *testing.T, f *Function, req *fnv1.RunFunctionRequest) *fnv1.RunFun
 }
 
 func cachingFunction() *Function {
-	return &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, replicas: newReplicaCache()}
+	return &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, caches: newCaches()}
 }
 
 // versioned gives a replica the uid and resourceVersion the API server
@@ -50,11 +51,19 @@ func versioned(r *v1alpha1.ModelReplica, uid, resourceVersion string) *v1alpha1.
 
 // cacheFleet is a pool of two one-GPU nodes, observed a minute ago with one
 // free: the other holds another deployment's replica, scheduled at
-// scheduledAt.
+// scheduledAt. The cluster is at its first version.
 func cacheFleet(t *testing.T, scheduledAt time.Time, resourceVersion string) *fnv1.RunFunctionRequest {
 	t.Helper()
+	return cacheFleetReported(t, scheduledAt, resourceVersion, 1, "c1")
+}
+
+// cacheFleetReported is cacheFleet with the cluster's report of free nodes
+// and its resourceVersion.
+func cacheFleetReported(t *testing.T, scheduledAt time.Time, resourceVersion string, free int64, clusterVersion string) *fnv1.RunFunctionRequest {
+	t.Helper()
 	cluster := fx.Cluster("a").Pools(fx.Pool("default", 2).Devices(fx.GPU("gpu", 1, "80Gi")).
-		Observed(now.Add(-time.Minute), 2, fx.NodesFree(1, "gpu", 1), fx.NodesFree(1, "gpu", 0)).Obj()).Obj()
+		Observed(now.Add(-time.Minute), 2, fx.NodesFree(free, "gpu", 1), fx.NodesFree(2-free, "gpu", 0)).Obj()).Obj()
+	cluster.Metadata.UID, cluster.Metadata.ResourceVersion = "uid-a", clusterVersion
 	other := versioned(fx.Replica("other", "a", 0).PodsScheduled("True", scheduledAt).Obj(), "uid-other", resourceVersion)
 	xr := fx.Deployment("m").Engines(fx.Standalone("main", fx.GPURequest(1))).Obj()
 	return request(t, xr, []any{cluster}, []any{other})
@@ -105,7 +114,7 @@ func TestReplicaCache(t *testing.T) {
 					t.Errorf("%s\ncall %d: -uncached, +cached:\n%s", tc.reason, i, diff)
 				}
 			}
-			if got := len(f.replicas.entries); got != tc.wantCached {
+			if got := len(f.caches.replicas.entries); got != tc.wantCached {
 				t.Errorf("%s\ncached replicas: want %d, got %d", tc.reason, tc.wantCached, got)
 			}
 		})
@@ -117,21 +126,51 @@ func TestReplicaCache(t *testing.T) {
 // pool.
 func TestReplicaCacheChargesTheNewVersion(t *testing.T) {
 	f := cachingFunction()
-	placed := func(rsp *fnv1.RunFunctionResponse) int {
-		n := 0
-		for k := range rsp.GetDesired().GetResources() {
-			if len(k) > 8 && k[:8] == "replica-" {
-				n++
-			}
-		}
-		return n
-	}
+	placed := placedReplicas
 	if got := placed(serve(t, f, cacheFleet(t, now.Add(-2*time.Minute), "1"))); got != 1 {
 		t.Fatalf("first call placed %d replicas, want 1 on the free node", got)
 	}
 	if got := placed(serve(t, f, cacheFleet(t, now.Add(-10*time.Second), "2"))); got != 0 {
 		t.Errorf("after the other replica changed, placed %d replicas, want 0: it is charged on top of the report and the pool is full", got)
 	}
+}
+
+func TestClusterCache(t *testing.T) {
+	f := cachingFunction()
+	counted := now.Add(-2 * time.Minute)
+	for i, c := range []struct {
+		free    int64
+		version string
+		placed  int
+	}{
+		{free: 1, version: "c1", placed: 1},
+		{free: 1, version: "c1", placed: 1},
+		// The agent reported the free node taken: a new version, read again.
+		{free: 0, version: "c2", placed: 0},
+	} {
+		req := cacheFleetReported(t, counted, "1", c.free, c.version)
+		want := run(t, req)
+		got := serve(t, f, req)
+		if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+			t.Errorf("call %d: -uncached, +cached:\n%s", i, diff)
+		}
+		if n := placedReplicas(got); n != c.placed {
+			t.Errorf("call %d: placed %d replicas, want %d", i, n, c.placed)
+		}
+	}
+	if got := len(f.caches.clusters.entries); got != 2 {
+		t.Errorf("cached clusters: want 2 versions, got %d", got)
+	}
+}
+
+func placedReplicas(rsp *fnv1.RunFunctionResponse) int {
+	n := 0
+	for k := range rsp.GetDesired().GetResources() {
+		if strings.HasPrefix(k, "replica-") {
+			n++
+		}
+	}
+	return n
 }
 
 func TestReplicaCacheSweep(t *testing.T) {
@@ -143,10 +182,10 @@ func TestReplicaCacheSweep(t *testing.T) {
 		serve(t, f, cacheFleet(t, now.Add(-2*time.Minute), fmt.Sprint(2+i)))
 	}
 	// An entry outlives its last read by sweepEvery to 2 x sweepEvery calls.
-	if got := len(f.replicas.entries); got > 2*replicaCacheSweepEvery {
+	if got := len(f.caches.replicas.entries); got > 2*replicaCacheSweepEvery {
 		t.Errorf("cached replicas after %d calls with a new version each: %d, want at most %d", replicaCacheSweepEvery*2, got, 2*replicaCacheSweepEvery)
 	}
-	if _, ok := f.replicas.entries[string(appendReplicaKey(nil,
+	if _, ok := f.caches.replicas.entries[string(appendObjectKey(nil,
 		value{kind: kindString, raw: []byte(fx.Namespace)}, value{kind: kindString, raw: []byte("other-a-0")},
 		value{kind: kindString, raw: []byte("uid-other")}, value{kind: kindString, raw: []byte("1")}))]; ok {
 		t.Error("the first version, unread for many calls, is still cached")

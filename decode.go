@@ -293,7 +293,7 @@ func (r *structReader) readReplica(s []byte, cache *replicaCache, call uint64) (
 	var meta [5]value
 	r.object(top[0], "metadata").fields([]string{"name", "namespace", "labels", "uid", "resourceVersion"}, meta[:])
 	spec := r.object(top[1], "spec")
-	r.cacheKey = appendReplicaKey(r.cacheKey[:0], meta[1], meta[0], meta[3], meta[4])
+	r.cacheKey = appendObjectKey(r.cacheKey[:0], meta[1], meta[0], meta[3], meta[4])
 	if cached, ok := cache.get(r.cacheKey, call); ok {
 		return cached, spec, r.err
 	}
@@ -449,13 +449,19 @@ func isPodsScheduled(typ value) bool {
 }
 
 // readCluster reads what the scheduler uses of an InferenceCluster: nothing
-// more, so that a malformed field it has no use for cannot fail the call.
-func (r *structReader) readCluster(s []byte) (*v1alpha1.InferenceCluster, error) {
+// more, so that a malformed field it has no use for cannot fail the call;
+// from the cache when it holds this version of the cluster.
+func (r *structReader) readCluster(s []byte, cache *clusterCache, call uint64) (*v1alpha1.InferenceCluster, error) {
 	r.start()
 	f := object(s)
-	md := r.object(f.get("metadata"), "metadata")
+	var meta [4]value
+	r.object(f.get("metadata"), "metadata").fields([]string{"name", "namespace", "uid", "resourceVersion"}, meta[:])
+	r.cacheKey = appendObjectKey(r.cacheKey[:0], meta[1], meta[0], meta[2], meta[3])
+	if cached, ok := cache.get(r.cacheKey, call); ok {
+		return cached, r.err
+	}
 	r.enter("metadata", notAnElement)
-	out := &v1alpha1.InferenceCluster{Metadata: v1alpha1.ObjectMeta{Name: r.str(md.get("name"), "name")}}
+	out := &v1alpha1.InferenceCluster{Metadata: v1alpha1.ObjectMeta{Name: r.str(meta[0], "name")}}
 	r.leave()
 
 	spec := r.object(f.get("spec"), "spec")
@@ -496,6 +502,9 @@ func (r *structReader) readCluster(s []byte) (*v1alpha1.InferenceCluster, error)
 		r.leave()
 	}
 	r.leave()
+	if r.err == nil {
+		cache.put(r.cacheKey, call, out)
+	}
 	return out, r.err
 }
 

@@ -37,9 +37,8 @@ type Function struct {
 	log logging.Logger
 	now func() time.Time
 
-	// replicas is what the last calls read of the fleet's ModelReplicas;
-	// nil caches nothing.
-	replicas *replicaCache
+	// caches hold what the last calls read of the fleet.
+	caches caches
 }
 
 // RunFunction reads the XR and the fleet, schedules, and writes the replicas,
@@ -68,7 +67,7 @@ func (f *Function) run(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRespon
 		return err
 	}
 	f.logger().Debug("Running function", "xr", xr.Metadata.Namespace+"/"+xr.Metadata.Name, "tag", req.GetMeta().GetTag())
-	fleet, err := readFleet(req, rsp, xr, f.replicas)
+	fleet, err := readFleet(req, rsp, xr, f.caches)
 	if err != nil || fleet == nil {
 		// A nil fleet: Crossplane calls again once it has fetched it.
 		return err

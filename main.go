@@ -36,7 +36,7 @@ func (c *CLI) Run() error {
 	}
 
 	registerRequestCodec()
-	return function.Serve(&Function{log: log, replicas: newReplicaCache()},
+	return function.Serve(&Function{log: log, caches: newCaches()},
 		function.Listen(c.Network, c.Address),
 		function.MTLSCertificates(c.TLSCertsDir),
 		function.Insecure(c.Insecure),

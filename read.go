@@ -131,7 +131,7 @@ type fleet struct {
 
 // readFleet asks for the required resources, the same on every call, and
 // reads them once Crossplane has resolved them. A nil fleet means not yet.
-func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, cache *replicaCache) (*fleet, error) {
+func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, caches caches) (*fleet, error) {
 	spec := xr.Spec.Template.Spec
 	rsp.Requirements = &fnv1.Requirements{Resources: map[string]*fnv1.ResourceSelector{
 		requiredReplicas: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelReplica, Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{}}},
@@ -182,8 +182,9 @@ func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *
 		return nil, fmt.Errorf("cannot read the ModelReplicas: %w", err)
 	}
 	var r structReader
+	clusterCall := caches.clusters.begin()
 	for _, item := range clusterItems {
-		c, err := r.readCluster(item)
+		c, err := r.readCluster(item, caches.clusters, clusterCall)
 		if err != nil {
 			return nil, fmt.Errorf("cannot read InferenceCluster %s: %w", nameOf(item), err)
 		}
@@ -191,9 +192,9 @@ func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *
 	}
 	out.replicas = make([]*v1alpha1.ModelReplica, 0, len(replicaItems))
 	out.specs = make([]object, 0, len(replicaItems))
-	call := cache.begin()
+	replicaCall := caches.replicas.begin()
 	for _, item := range replicaItems {
-		rep, spec, err := r.readReplica(item, cache, call)
+		rep, spec, err := r.readReplica(item, caches.replicas, replicaCall)
 		if err != nil {
 			err = fmt.Errorf("cannot read ModelReplica %s: %w", nameOf(item), err)
 			if isOurs(item, xr) {
@@ -244,6 +245,10 @@ func (fl *fleet) readPins(xr *v1alpha1.ModelDeployment, clusters []scheduling.Cl
 			kept = append(kept, rep)
 			continue
 		}
+		// The replica read may be shared through the cache: fill in a copy.
+		withPins := *obj
+		obj = &withPins
+		rep.Object = obj
 		if err := r.readPins(fl.specs[i], obj); err != nil {
 			err = fmt.Errorf("cannot read ModelReplica %s/%s: %w", obj.Metadata.Namespace, obj.Metadata.Name, err)
 			if ours {
