@@ -100,6 +100,8 @@ func mapEntry(b []byte) (key string, val []byte, err error) {
 		switch {
 		case num == mapKeyField && typ == protowire.BytesType:
 			key = string(field)
+		case num == mapValueField && typ == protowire.BytesType && val != nil:
+			val = merged(val, field)
 		case num == mapValueField && typ == protowire.BytesType:
 			val = field
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -201,6 +202,10 @@ func (r *structReader) boolean(v value, key string) *bool {
 // encoding/json decodes into an any, nil, bool, float64, string, []any or
 // map[string]any.
 func (r *structReader) decoded(v value, key string) any {
+	if len(r.path) > maxDepth {
+		r.malformed(key, errTooDeep)
+		return nil
+	}
 	switch v.kind {
 	case kindNumber:
 		return boxNumber(v.num)
@@ -291,7 +296,7 @@ func (r *structReader) readReplica(s []byte, cache *replicaCache, call uint64) (
 	var top [3]value
 	object(s).fields([]string{"metadata", "spec", "status"}, top[:])
 	var meta [5]value
-	r.object(top[0], "metadata").fields([]string{"name", "namespace", "labels", "uid", "resourceVersion"}, meta[:])
+	r.object(top[0], "metadata").fields([]string{keyName, "namespace", "labels", "uid", "resourceVersion"}, meta[:])
 	spec := r.object(top[1], "spec")
 	r.cacheKey = appendObjectKey(r.cacheKey[:0], meta[1], meta[0], meta[3], meta[4])
 	if cached, ok := cache.get(r.cacheKey, call); ok {
@@ -300,7 +305,7 @@ func (r *structReader) readReplica(s []byte, cache *replicaCache, call uint64) (
 
 	out := &v1alpha1.ModelReplica{}
 	r.enter("metadata", notAnElement)
-	out.Metadata.Name = r.unique(meta[0], "name")
+	out.Metadata.Name = r.unique(meta[0], keyName)
 	out.Metadata.Namespace = r.str(meta[1], "namespace")
 	// Only the two labels the scheduler reads, not a copy of them all.
 	if labels := r.object(meta[2], "labels"); labels != nil {
@@ -340,7 +345,7 @@ func (r *structReader) readPins(spec object, into *v1alpha1.ModelReplica) error 
 	for ei, ev := range r.list(spec.get("engines"), "engines") {
 		r.enter("engines", ei)
 		ef := r.object(ev, "")
-		e := v1alpha1.ReplicaEngine{Name: r.str(ef.get("name"), "name"), Copies: r.integer(ef.get("copies"), "copies")}
+		e := v1alpha1.ReplicaEngine{Name: r.str(ef.get(keyName), keyName), Copies: r.integer(ef.get("copies"), "copies")}
 		for mi, mv := range r.list(ef.get("members"), "members") {
 			r.enter("members", mi)
 			e.Members = append(e.Members, r.member(mv))
@@ -368,7 +373,7 @@ func (r *structReader) member(v value) v1alpha1.ReplicaMember {
 	for di, dv := range r.list(f.get("deviceRequests"), "deviceRequests") {
 		r.enter("deviceRequests", di)
 		df := r.object(dv, "")
-		d := v1alpha1.DeviceRequest{Name: r.str(df.get("name"), "name"), DeviceClassName: r.str(df.get("deviceClassName"), "deviceClassName"), Count: 1}
+		d := v1alpha1.DeviceRequest{Name: r.str(df.get(keyName), keyName), DeviceClassName: r.str(df.get("deviceClassName"), "deviceClassName"), Count: 1}
 		if c := r.integer(df.get("count"), "count"); c != nil {
 			d.Count = *c
 		}
@@ -382,6 +387,17 @@ func (r *structReader) member(v value) v1alpha1.ReplicaMember {
 	}
 	return m
 }
+
+// keyName is the key of every object's name: metadata's, an engine's, a
+// request's, a pool's, a device's.
+const keyName = "name"
+
+// maxDepth bounds how deep the values read may nest, as protobuf's own
+// decoder does: a request is bounded in size, not in depth, and recursion
+// without a bound could exhaust the stack.
+const maxDepth = 10_000
+
+var errTooDeep = errors.New("nested deeper than 10000")
 
 // smallNumbers are the whole numbers 0 to 255 boxed once: the counts of a
 // histogram, which boxing each would allocate.
@@ -455,13 +471,13 @@ func (r *structReader) readCluster(s []byte, cache *clusterCache, call uint64) (
 	r.start()
 	f := object(s)
 	var meta [4]value
-	r.object(f.get("metadata"), "metadata").fields([]string{"name", "namespace", "uid", "resourceVersion"}, meta[:])
+	r.object(f.get("metadata"), "metadata").fields([]string{keyName, "namespace", "uid", "resourceVersion"}, meta[:])
 	r.cacheKey = appendObjectKey(r.cacheKey[:0], meta[1], meta[0], meta[2], meta[3])
 	if cached, ok := cache.get(r.cacheKey, call); ok {
 		return cached, r.err
 	}
 	r.enter("metadata", notAnElement)
-	out := &v1alpha1.InferenceCluster{Metadata: v1alpha1.ObjectMeta{Name: r.str(meta[0], "name")}}
+	out := &v1alpha1.InferenceCluster{Metadata: v1alpha1.ObjectMeta{Name: r.str(meta[0], keyName)}}
 	r.leave()
 
 	spec := r.object(f.get("spec"), "spec")
@@ -512,9 +528,9 @@ func (r *structReader) readCluster(s []byte, cache *clusterCache, call uint64) (
 // observation package to judge.
 func (r *structReader) pool(v value) v1alpha1.GPUPool {
 	var f [6]value
-	r.object(v, "").fields([]string{"name", "nodes", "devices", "observedNodes", "observedAt", "nodesByFreeDevices"}, f[:])
+	r.object(v, "").fields([]string{keyName, "nodes", "devices", "observedNodes", "observedAt", "nodesByFreeDevices"}, f[:])
 	p := v1alpha1.GPUPool{
-		Name: r.str(f[0], "name"), Nodes: r.integer(f[1], "nodes"),
+		Name: r.str(f[0], keyName), Nodes: r.integer(f[1], "nodes"),
 		ObservedNodes:      r.decoded(f[3], "observedNodes"),
 		ObservedAt:         r.decoded(f[4], "observedAt"),
 		NodesByFreeDevices: r.decoded(f[5], "nodesByFreeDevices"),
@@ -532,15 +548,14 @@ func (r *structReader) pool(v value) v1alpha1.GPUPool {
 // map order on the wire may differ) is that one, maps and all, shared.
 func (r *structReader) device(v value) v1alpha1.Device {
 	if v.kind == kindStruct {
-		key, err := r.canonical(r.keyBuf[:0], v)
+		key, err := r.canonical(r.keyBuf[:0], v, 0)
 		r.keyBuf = key
 		if err == nil {
 			if d, ok := r.devices[string(key)]; ok {
 				return d
 			}
-			before := r.err
 			d := r.readDevice(v)
-			if r.err == before {
+			if r.err == nil {
 				if r.devices == nil {
 					r.devices = map[string]v1alpha1.Device{}
 				}
@@ -555,7 +570,10 @@ func (r *structReader) device(v value) v1alpha1.Device {
 // canonical appends a value in a form equal for equal values whatever the
 // order of their objects' entries on the wire: kind, then length-prefixed
 // bytes, objects' entries sorted by key (the last of a key winning).
-func (r *structReader) canonical(b []byte, v value) ([]byte, error) {
+func (r *structReader) canonical(b []byte, v value, depth int) ([]byte, error) {
+	if depth > maxDepth {
+		return nil, errTooDeep
+	}
 	b = append(b, byte(v.kind))
 	switch v.kind {
 	case kindStruct:
@@ -569,7 +587,7 @@ func (r *structReader) canonical(b []byte, v value) ([]byte, error) {
 				continue
 			}
 			b = protowire.AppendBytes(b, e.key)
-			if b, err = r.canonical(b, parseValue(e.val)); err != nil {
+			if b, err = r.canonical(b, parseValue(e.val), depth+1); err != nil {
 				return nil, err
 			}
 		}
@@ -581,7 +599,7 @@ func (r *structReader) canonical(b []byte, v value) ([]byte, error) {
 		}
 		b = protowire.AppendVarint(b, uint64(len(list)))
 		for _, e := range list {
-			if b, err = r.canonical(b, e); err != nil {
+			if b, err = r.canonical(b, e, depth+1); err != nil {
 				return nil, err
 			}
 		}
@@ -598,9 +616,9 @@ func (r *structReader) canonical(b []byte, v value) ([]byte, error) {
 
 func (r *structReader) readDevice(v value) v1alpha1.Device {
 	var f [7]value
-	r.object(v, "").fields([]string{"name", "claim", "driver", "deviceClassName", "count", "attributes", "capacity"}, f[:])
+	r.object(v, "").fields([]string{keyName, "claim", "driver", "deviceClassName", "count", "attributes", "capacity"}, f[:])
 	d := v1alpha1.Device{
-		Name: r.str(f[0], "name"), Claim: r.str(f[1], "claim"), Driver: r.str(f[2], "driver"),
+		Name: r.str(f[0], keyName), Claim: r.str(f[1], "claim"), Driver: r.str(f[2], "driver"),
 		DeviceClassName: r.str(f[3], "deviceClassName"), Count: r.integer(f[4], "count"),
 	}
 	if attrs := r.object(f[5], "attributes"); attrs != nil {

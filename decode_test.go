@@ -2,11 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -187,4 +189,31 @@ func readReplicaStruct(s *structpb.Struct) (*v1alpha1.ModelReplica, error) {
 		return nil, err
 	}
 	return rep, r.readPins(pins, rep)
+}
+
+func TestReadTooDeep(t *testing.T) {
+	// A list nested deeper than any decoder allows, as an agent report
+	// field: it must be refused, not exhaust the stack. Written outside in,
+	// each level's length known from the sizes of the levels inside it.
+	const depth = maxDepth + 100
+	sizes := make([]int, depth+1)
+	sizes[0] = 2 // the innermost Value: an empty list_value
+	listSize := func(i int) int { return 1 + protowire.SizeVarint(uint64(sizes[i-1])) + sizes[i-1] }
+	for i := 1; i <= depth; i++ {
+		sizes[i] = 1 + protowire.SizeVarint(uint64(listSize(i))) + listSize(i)
+	}
+	var v []byte
+	for i := depth; i >= 1; i-- {
+		v = protowire.AppendVarint(protowire.AppendTag(v, 6, protowire.BytesType), uint64(listSize(i)))
+		v = protowire.AppendVarint(protowire.AppendTag(v, 1, protowire.BytesType), uint64(sizes[i-1]))
+	}
+	v = protowire.AppendVarint(protowire.AppendTag(v, 6, protowire.BytesType), 0)
+	if len(v) != sizes[depth] {
+		t.Fatalf("built %d bytes, want %d", len(v), sizes[depth])
+	}
+	var r structReader
+	r.decoded(parseValue(v), "nodesByFreeDevices")
+	if r.err == nil || !strings.Contains(r.err.Error(), "nested deeper than") {
+		t.Errorf("decoded(...): error %v, want one saying the value is nested too deep", r.err)
+	}
 }

@@ -308,7 +308,7 @@ func metadataOf(s []byte) (name, namespace, deployment string) {
 	var r structReader
 	md := r.object(object(s).get("metadata"), "metadata")
 	labels := r.object(md.get("labels"), "labels")
-	return r.str(md.get("name"), "name"), r.str(md.get("namespace"), "namespace"), r.str(labels.get(v1alpha1.LabelDeployment), "")
+	return r.str(md.get(keyName), keyName), r.str(md.get("namespace"), "namespace"), r.str(labels.get(v1alpha1.LabelDeployment), "")
 }
 
 // nameOf reads namespace/name of an object for error messages.

@@ -76,6 +76,12 @@ func (o object) get(key string) value {
 func (o object) fields(keys []string, out []value) {
 	var raw [8][]byte
 	var found [8]bool
+	if len(keys) > len(raw) {
+		for i, k := range keys {
+			out[i] = o.get(k)
+		}
+		return
+	}
 	for b := []byte(o); len(b) > 0; {
 		e, ok, rest, err := nextEntry(b)
 		if err != nil {
@@ -91,7 +97,6 @@ func (o object) fields(keys []string, out []value) {
 		for i, k := range keys {
 			if string(e.key) == k {
 				raw[i], found[i] = e.val, true
-				break
 			}
 		}
 	}
@@ -198,12 +203,21 @@ func parseValue(b []byte) value {
 			if x != 0 {
 				v.num = 1
 			}
+		case typ == protowire.BytesType && (num == protowire.Number(kindStruct) || num == protowire.Number(kindList)) && v.kind == kind(num):
+			v.raw = merged(v.raw, field)
 		case typ == protowire.BytesType && (num == protowire.Number(kindString) || num == protowire.Number(kindStruct) || num == protowire.Number(kindList)):
 			v = value{kind: kind(num), raw: field}
 		}
 		b = rest
 	}
 	return v
+}
+
+// merged is a message written in two pieces: protobuf merges them as it
+// would parse their concatenation. No encoder writes a message so, but
+// protobuf allows it.
+func merged(first, second []byte) []byte {
+	return append(append(make([]byte, 0, len(first)+len(second)), first...), second...)
 }
 
 // wireReader parses lists and entries into buffers it reuses for every
@@ -258,6 +272,8 @@ func parseEntry(b []byte) (entry, error) {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
 			e.key = field
+		case num == 2 && typ == protowire.BytesType && e.val != nil:
+			e.val = merged(e.val, field)
 		case num == 2 && typ == protowire.BytesType:
 			e.val = field
 		}
@@ -319,7 +335,10 @@ func resourceStruct(b []byte) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cannot read resource: %w", err)
 		}
-		if num == 1 && typ == protowire.BytesType {
+		switch {
+		case num == 1 && typ == protowire.BytesType && s != nil:
+			s = merged(s, payload)
+		case num == 1 && typ == protowire.BytesType:
 			s = payload
 		}
 		b = rest
