@@ -265,6 +265,12 @@ func BenchmarkRunFunction(b *testing.B) {
 					b.Fatalf("placed %d replicas, want %d", got, benchNewReplicas)
 				}
 				heap := peakHeap(func() { _, _ = serve() })
+				// What a server keeps between calls: its caches.
+				kept := liveHeap(func() any {
+					s := server()
+					_, _ = serveWire(s, wire)
+					return s
+				})
 				cpu := cpuTime()
 				b.ResetTimer()
 				for b.Loop() {
@@ -275,6 +281,7 @@ func BenchmarkRunFunction(b *testing.B) {
 				b.StopTimer()
 				b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
 				b.ReportMetric(float64(heap), "peak-heap-B")
+				b.ReportMetric(float64(kept), "cache-heap-B")
 				b.ReportMetric(float64(len(wire)), "req-bytes")
 				b.ReportMetric(float64(len(wire))/float64(n), "req-bytes/replica")
 			})

@@ -91,7 +91,9 @@ func unmarshalRequest(b []byte, req *fnv1.RunFunctionRequest) error {
 }
 
 // mapEntry reads a map entry of a string key and a message value.
-func mapEntry(b []byte) (key string, val []byte, err error) {
+func mapEntry(b []byte) (string, []byte, error) {
+	var key string
+	var value pieces
 	for len(b) > 0 {
 		num, typ, field, rest, err := next(b)
 		if err != nil {
@@ -100,12 +102,10 @@ func mapEntry(b []byte) (key string, val []byte, err error) {
 		switch {
 		case num == mapKeyField && typ == protowire.BytesType:
 			key = string(field)
-		case num == mapValueField && typ == protowire.BytesType && val != nil:
-			val = merged(val, field)
 		case num == mapValueField && typ == protowire.BytesType:
-			val = field
+			value.add(field)
 		}
 		b = rest
 	}
-	return key, val, nil
+	return key, value.b, nil
 }

@@ -68,11 +68,15 @@ func (r *structReader) leave() { r.path = r.path[:len(r.path)-1] }
 // leaf is the current object itself.
 func (r *structReader) where(leaf string) string {
 	var b strings.Builder
+	// A step without a key is an element a list step already named, or
+	// one of a list of lists.
 	for _, s := range r.path {
-		if b.Len() > 0 {
-			b.WriteByte('.')
+		if s.key != "" {
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(s.key)
 		}
-		b.WriteString(s.key)
 		if s.index != notAnElement {
 			b.WriteString("[" + strconv.Itoa(s.index) + "]")
 		}
@@ -249,7 +253,7 @@ func (r *structReader) stringMap(v value, key string) map[string]string {
 	}
 	r.enter(key, notAnElement)
 	defer r.leave()
-	entries := r.sortedEntries(fields, key)
+	entries := r.sortedEntries(fields, "")
 	out := make(map[string]string, len(entries))
 	for _, e := range entries {
 		k := r.intern(e.key)
@@ -273,8 +277,13 @@ func (r *structReader) sortedEntries(o object, key string) []entry {
 	if err != nil {
 		r.malformed(key, err)
 	}
+	return lastOfEachKey(entries)
+}
+
+// lastOfEachKey sorts entries by key, in place, keeping of each key the
+// last, as protobuf decodes a map.
+func lastOfEachKey(entries []entry) []entry {
 	slices.SortStableFunc(entries, func(a, b entry) int { return bytes.Compare(a.key, b.key) })
-	// Of a run of one key, keep the last.
 	out := entries[:0]
 	for i, e := range entries {
 		if i+1 < len(entries) && bytes.Equal(entries[i+1].key, e.key) {
@@ -297,10 +306,9 @@ func (r *structReader) readReplica(s []byte, cache *replicaCache, call uint64) (
 	object(s).fields([]string{"metadata", "spec", "status"}, top[:])
 	var meta [5]value
 	r.object(top[0], "metadata").fields([]string{keyName, "namespace", "labels", "uid", "resourceVersion"}, meta[:])
-	spec := r.object(top[1], "spec")
 	r.cacheKey = appendObjectKey(r.cacheKey[:0], meta[1], meta[0], meta[3], meta[4])
 	if cached, ok := cache.get(r.cacheKey, call); ok {
-		return cached, spec, r.err
+		return cached, r.object(top[1], "spec"), r.err
 	}
 
 	out := &v1alpha1.ModelReplica{}
@@ -323,6 +331,7 @@ func (r *structReader) readReplica(s []byte, cache *replicaCache, call uint64) (
 	}
 	r.leave()
 
+	spec := r.object(top[1], "spec")
 	r.enter("spec", notAnElement)
 	out.Spec.ClusterName = r.str(spec.get("clusterName"), "clusterName")
 	r.leave()
@@ -581,17 +590,17 @@ func (r *structReader) canonical(b []byte, v value, depth int) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		slices.SortStableFunc(entries, func(x, y entry) int { return bytes.Compare(x.key, y.key) })
-		for i, e := range entries {
-			if i+1 < len(entries) && bytes.Equal(entries[i+1].key, e.key) {
-				continue
-			}
+		entries = lastOfEachKey(entries)
+		// The count first, as for a list: no entry can then pass for the
+		// end of its object.
+		b = protowire.AppendVarint(b, uint64(len(entries)))
+		for _, e := range entries {
 			b = protowire.AppendBytes(b, e.key)
 			if b, err = r.canonical(b, parseValue(e.val), depth+1); err != nil {
 				return nil, err
 			}
 		}
-		return append(b, 0), nil
+		return b, nil
 	case kindList:
 		list, err := r.parseList(v.raw)
 		if err != nil {

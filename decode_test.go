@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -215,5 +216,100 @@ func TestReadTooDeep(t *testing.T) {
 	r.decoded(parseValue(v), "nodesByFreeDevices")
 	if r.err == nil || !strings.Contains(r.err.Error(), "nested deeper than") {
 		t.Errorf("decoded(...): error %v, want one saying the value is nested too deep", r.err)
+	}
+}
+
+// collidingDevices are two devices a canonical form without entry counts
+// confused (found in review): A's attribute "a" holds an object with an
+// empty key; B has an extra attribute with a version that is not semantic.
+func collidingDevices() (a, b map[string]any) {
+	const m = 97 // entries of B's extra attribute; A's list has m+1 elements
+	base := func() map[string]any {
+		return map[string]any{
+			"name": "gpu", "claim": "DRA", "driver": "gpu.nvidia.com", "deviceClassName": "gpu.nvidia.com", "count": 8.0,
+			"capacity": map[string]any{"memory": map[string]any{"value": "80Gi"}},
+		}
+	}
+	list := []any{"aa\x05"}
+	extra := map[string]any{}
+	for i := range m - 1 {
+		x := string([]byte{byte(0x01 + i)})
+		list = append(list, x+"\x01\x00\x00")
+		extra["\x00\x04"+x] = nil
+	}
+	last := string([]byte{byte(0x01 + m - 1)})
+	content := last + "\x01\x00\x00" + "\x07version\x03\x00\x03bad"
+	list = append(list, content)
+	extra["\x00"+string(rune(len(content)))+last] = nil
+	extra["version"] = "bad"
+	a, b = base(), base()
+	a["attributes"] = map[string]any{"a": map[string]any{"": list}}
+	b["attributes"] = map[string]any{"a": map[string]any{}, "b\x03\x00\x03aa": extra}
+	return a, b
+}
+
+func TestCanonicalTellsDevicesApart(t *testing.T) {
+	a, b := collidingDevices()
+	var r structReader
+	key := func(dev map[string]any) []byte {
+		v, err := structpb.NewValue(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := r.canonical(nil, parseValue(marshalled(t, v)), 0)
+		if err != nil {
+			t.Fatalf("canonical(...): %v", err)
+		}
+		return k
+	}
+	if bytes.Equal(key(a), key(b)) {
+		t.Error("two different devices have the same canonical form, so one pool would be read with the other's device")
+	}
+	if !bytes.Equal(key(a), key(a)) {
+		t.Error("one device has two canonical forms")
+	}
+}
+
+// TestReadErrorPaths: an error inside decoded JSON or a map of labels names
+// the field once (found in review).
+func TestReadErrorPaths(t *testing.T) {
+	cases := map[string]struct {
+		reason string
+		read   func() error
+		want   string
+	}{
+		"ObjectInAList": {
+			reason: "An object inside a list is named by its index alone.",
+			read: func() error {
+				obj := bytesField(protowire.Number(kindStruct), structEntry("k", []byte{0xff}))
+				list := bytesField(protowire.Number(kindList), bytesField(1, obj))
+				var r structReader
+				r.decoded(parseValue(bytesField(protowire.Number(kindStruct), structEntry("pools", list))), "status")
+				return r.err
+			},
+			want: "status.pools[0].k: ",
+		},
+		"MalformedLabels": {
+			reason: "Placement labels whose bytes are malformed are named once.",
+			read: func() error {
+				labels := bytesField(protowire.Number(kindStruct), []byte{0x0a, 0x05, 0x01})
+				md := bytesField(protowire.Number(kindStruct), structEntry("labels", labels))
+				pl := bytesField(protowire.Number(kindStruct), structEntry("metadata", md))
+				spec := bytesField(protowire.Number(kindStruct), structEntry("placement", pl))
+				name := bytesField(protowire.Number(kindStruct), structEntry("name", bytesField(protowire.Number(kindString), []byte("c"))))
+				var r structReader
+				_, err := r.readCluster(cat(structEntry("metadata", name), structEntry("spec", spec)), nil, 0)
+				return err
+			},
+			want: "spec.placement.metadata.labels: ",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := tc.read()
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("%s\nerror: %v, want one starting %q", tc.reason, err, tc.want)
+			}
+		})
 	}
 }

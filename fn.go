@@ -111,9 +111,9 @@ func (f *Function) clock() time.Time {
 
 // compose schedules and writes everything the response carries.
 func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, fl *fleet, opts options) error {
-	retainOnly := setCacheCondition(rsp, fl)
 	if len(fl.clusters) == 0 {
 		warn(rsp, fl.warnings)
+		setCacheCondition(rsp, fl)
 		response.ConditionFalse(rsp, condReplicasScheduled, reasonNoClusters)
 		response.Warning(rsp, errors.New("No InferenceClusters found")) //nolint:staticcheck // Modelplane v0.3's warning, word for word.
 		rsp.Desired.Composite.Ready = fnv1.Ready_READY_FALSE
@@ -123,11 +123,9 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	now := f.clock()
 	clusters, pools := observation.Clusters(fl.clusters, now, opts.maxAge)
 	replicas, findings := observation.Replicas(fl.replicas)
-	replicas, err := fl.readPins(xr, clusters, replicas)
-	if err != nil {
-		return err
-	}
+	replicas, findings = fl.readPins(clusters, replicas, findings)
 	warn(rsp, fl.warnings)
+	retainOnly := setCacheCondition(rsp, fl)
 	warnObservations(rsp, pools, findings)
 
 	plan, err := scheduling.Schedule(scheduling.Snapshot{

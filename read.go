@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
+	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
@@ -195,6 +197,12 @@ func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *
 	replicaCall := caches.replicas.begin()
 	for _, item := range replicaItems {
 		rep, spec, err := r.readReplica(item, caches.replicas, replicaCall)
+		// Our own replicas are kept, so their engines are always read, now,
+		// to fail the call in the order the replicas came.
+		if err == nil && isOurReplica(rep, xr) {
+			rep, err = r.withPins(rep, spec)
+			spec = nil
+		}
 		if err != nil {
 			err = fmt.Errorf("cannot read ModelReplica %s: %w", nameOf(item), err)
 			if isOurs(item, xr) {
@@ -209,6 +217,17 @@ func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *
 	return out, nil
 }
 
+// withPins is a replica with its engines read from its spec: a copy, as
+// the replica read may be shared through the cache.
+func (r *structReader) withPins(rep *v1alpha1.ModelReplica, spec object) (*v1alpha1.ModelReplica, error) {
+	withPins := *rep
+	return &withPins, r.readPins(spec, &withPins)
+}
+
+func isOurReplica(r *v1alpha1.ModelReplica, xr *v1alpha1.ModelDeployment) bool {
+	return r.Metadata.Namespace == xr.Metadata.Namespace && r.Metadata.Labels[v1alpha1.LabelDeployment] == xr.Metadata.Name
+}
+
 // unaccounted warns of another deployment's replica that cannot be read.
 // Our own replica must be read, or it would be dropped; another's cannot
 // be charged: say so and go on.
@@ -216,12 +235,14 @@ func unaccounted(err error) string {
 	return err.Error() + "; its capacity is not accounted"
 }
 
-// readPins reads the engines (pins and stamped requests) of the replicas
-// the scheduler may keep or charge, in the order observation.Replicas kept:
-// this deployment's, and every other whose pods some pool report of its
-// cluster does not count yet. The rest charge nothing wherever they are
-// pinned (scheduling.CountedBefore), and their engines are never read.
-func (fl *fleet) readPins(xr *v1alpha1.ModelDeployment, clusters []scheduling.Cluster, replicas []scheduling.Replica) ([]scheduling.Replica, error) {
+// readPins reads the engines (pins and stamped requests) of the other
+// deployments' replicas the scheduler may charge, in the order
+// observation.Replicas kept (readFleet read our own): every one whose pods
+// some pool report of its cluster does not count yet. The rest charge
+// nothing wherever they are pinned (scheduling.CountedBefore), and their
+// engines are never read. A replica whose engines cannot be read is left
+// out with a warning, and so are the findings about it.
+func (fl *fleet) readPins(clusters []scheduling.Cluster, replicas []scheduling.Replica, findings []observation.ReplicaFinding) ([]scheduling.Replica, []observation.ReplicaFinding) {
 	// A name two clusters share is left to the scheduler to resolve.
 	named := make(map[string]int, len(clusters))
 	for _, c := range clusters {
@@ -238,28 +259,31 @@ func (fl *fleet) readPins(xr *v1alpha1.ModelDeployment, clusters []scheduling.Cl
 	}
 	var r structReader
 	kept := make([]scheduling.Replica, 0, len(replicas))
+	var dropped map[string]bool
 	for i, rep := range replicas {
-		obj := rep.Object
-		ours := obj.Metadata.Namespace == xr.Metadata.Namespace && obj.Metadata.Labels[v1alpha1.LabelDeployment] == xr.Metadata.Name
-		if before, ok := countedBefore[obj.Spec.ClusterName]; ok && !ours && rep.CountedBy(before) {
+		before, settled := countedBefore[rep.Object.Spec.ClusterName]
+		// Our own replicas' engines are read already (a nil spec).
+		if fl.specs[i] == nil || settled && rep.CountedBy(before) {
 			kept = append(kept, rep)
 			continue
 		}
-		// The replica read may be shared through the cache: fill in a copy.
-		withPins := *obj
-		obj = &withPins
-		rep.Object = obj
-		if err := r.readPins(fl.specs[i], obj); err != nil {
-			err = fmt.Errorf("cannot read ModelReplica %s/%s: %w", obj.Metadata.Namespace, obj.Metadata.Name, err)
-			if ours {
-				return nil, err
+		withPins, err := r.withPins(rep.Object, fl.specs[i])
+		if err != nil {
+			name := objectName(rep.Object.Metadata.Namespace, rep.Object.Metadata.Name)
+			fl.warnings = append(fl.warnings, unaccounted(fmt.Errorf("cannot read ModelReplica %s: %w", name, err)))
+			if dropped == nil {
+				dropped = map[string]bool{}
 			}
-			fl.warnings = append(fl.warnings, unaccounted(err))
+			dropped[name] = true
 			continue
 		}
+		rep.Object = withPins
 		kept = append(kept, rep)
 	}
-	return kept, nil
+	if dropped != nil {
+		findings = slices.DeleteFunc(slices.Clone(findings), func(f observation.ReplicaFinding) bool { return dropped[objectName(f.Namespace, f.Name)] })
+	}
+	return kept, findings
 }
 
 // clusterSelector asks for every InferenceCluster with the labels; none
@@ -314,8 +338,13 @@ func metadataOf(s []byte) (name, namespace, deployment string) {
 // nameOf reads namespace/name of an object for error messages.
 func nameOf(s []byte) string {
 	name, ns, _ := metadataOf(s)
-	if ns != "" {
-		return ns + "/" + name
+	return objectName(ns, name)
+}
+
+// objectName is namespace/name, or name alone for a cluster-scoped object.
+func objectName(namespace, name string) string {
+	if namespace != "" {
+		return namespace + "/" + name
 	}
 	return name
 }

@@ -186,6 +186,7 @@ func parseValue(b []byte) value {
 		}
 	}
 	var v value
+	var message pieces // of a struct_value or list_value
 	for len(b) > 0 {
 		num, typ, field, rest, err := next(b)
 		if err != nil {
@@ -204,20 +205,39 @@ func parseValue(b []byte) value {
 				v.num = 1
 			}
 		case typ == protowire.BytesType && (num == protowire.Number(kindStruct) || num == protowire.Number(kindList)) && v.kind == kind(num):
-			v.raw = merged(v.raw, field)
-		case typ == protowire.BytesType && (num == protowire.Number(kindString) || num == protowire.Number(kindStruct) || num == protowire.Number(kindList)):
-			v = value{kind: kind(num), raw: field}
+			message.add(field)
+			v.raw = message.b
+		case typ == protowire.BytesType && (num == protowire.Number(kindStruct) || num == protowire.Number(kindList)):
+			message = pieces{}
+			message.add(field)
+			v = value{kind: kind(num), raw: message.b}
+		case typ == protowire.BytesType && num == protowire.Number(kindString):
+			v = value{kind: kindString, raw: field}
 		}
 		b = rest
 	}
 	return v
 }
 
-// merged is a message written in two pieces: protobuf merges them as it
-// would parse their concatenation. No encoder writes a message so, but
-// protobuf allows it.
-func merged(first, second []byte) []byte {
-	return append(append(make([]byte, 0, len(first)+len(second)), first...), second...)
+// pieces gathers a message written in several pieces: protobuf merges
+// them as it would parse their concatenation. No encoder writes a message
+// so, but protobuf allows it. The first piece is used in place; from the
+// second on they are appended to a copy, whose growth is amortized.
+type pieces struct {
+	b     []byte
+	owned bool
+}
+
+func (p *pieces) add(piece []byte) {
+	switch {
+	case p.b == nil:
+		p.b = piece
+	case !p.owned:
+		p.b = append(append(make([]byte, 0, 2*(len(p.b)+len(piece))), p.b...), piece...)
+		p.owned = true
+	default:
+		p.b = append(p.b, piece...)
+	}
 }
 
 // wireReader parses lists and entries into buffers it reuses for every
@@ -263,6 +283,7 @@ func parseEntry(b []byte) (entry, error) {
 		}
 	}
 	var e entry
+	var val pieces
 	for len(b) > 0 {
 		num, typ, field, rest, err := next(b)
 		if err != nil {
@@ -272,12 +293,11 @@ func parseEntry(b []byte) (entry, error) {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
 			e.key = field
-		case num == 2 && typ == protowire.BytesType && e.val != nil:
-			e.val = merged(e.val, field)
 		case num == 2 && typ == protowire.BytesType:
-			e.val = field
+			val.add(field)
 		}
 	}
+	e.val = val.b
 	return e, nil
 }
 
@@ -329,19 +349,16 @@ func (v value) absent() bool { return v.kind == kindAbsent || v.kind == kindNull
 
 // resourceStruct is the Struct of a fnv1.Resource message: its field 1.
 func resourceStruct(b []byte) ([]byte, error) {
-	var s []byte
+	var s pieces
 	for len(b) > 0 {
 		num, typ, payload, rest, err := next(b)
 		if err != nil {
 			return nil, fmt.Errorf("cannot read resource: %w", err)
 		}
-		switch {
-		case num == 1 && typ == protowire.BytesType && s != nil:
-			s = merged(s, payload)
-		case num == 1 && typ == protowire.BytesType:
-			s = payload
+		if num == 1 && typ == protowire.BytesType {
+			s.add(payload)
 		}
 		b = rest
 	}
-	return s, nil
+	return s.b, nil
 }

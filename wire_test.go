@@ -847,3 +847,23 @@ func TestFuzzSeedsRead(t *testing.T) {
 		t.Errorf("seed 4: unmarshalRequest(...) meta: -want, +got:\n%s", diff)
 	}
 }
+
+// TestPiecesAmortized: a message written in many pieces is gathered with
+// amortized growth, not a copy of everything gathered per piece, whose cost
+// a crafted request could make quadratic.
+func TestPiecesAmortized(t *testing.T) {
+	const n = 10_000
+	var b []byte
+	for range n {
+		b = append(b, bytesField(protowire.Number(kindStruct), structEntry("k", nil))...)
+	}
+	v := parseValue(b)
+	if v.kind != kindStruct || len(v.raw) != n*len(structEntry("k", nil)) {
+		t.Fatalf("parseValue of %d pieces: kind %d, %d bytes; want an object of every piece", n, v.kind, len(v.raw))
+	}
+	// Doubling growth: about log2(n) allocations, where a copy per piece
+	// would make n.
+	if allocs := testing.AllocsPerRun(5, func() { parseValue(b) }); allocs > 40 {
+		t.Errorf("parseValue of %d pieces: %.0f allocations, want at most 40", n, allocs)
+	}
+}

@@ -56,8 +56,9 @@ func scheduledSince(o *v1alpha1.ModelReplica) (*time.Time, string) {
 		if typ, _ := c["type"].(string); typ != ConditionPodsScheduled {
 			continue
 		}
+		// A null status is no status, as an omitted one.
 		status, ok := c["status"].(string)
-		if !ok {
+		if !ok && c["status"] != nil {
 			return nil, fmt.Sprintf("status.conditions[%d].status: not a string", i)
 		}
 		if status != "True" || c["lastTransitionTime"] == nil {
