@@ -21,8 +21,8 @@ import (
 // the bulk of a replica, are never read). A field of the wrong type is an
 // error that names it.
 
-// structReader reads typed values out of a protobuf Struct, keeping the
-// first type error it meets. The error names the field's path, which the
+// structReader reads typed values out of a protobuf Struct on the wire,
+// keeping the first type error it meets. The error names the field's path, which the
 // reader tracks as a stack of steps and spells out only then: most reads
 // never fail, and a request can hold millions of fields.
 type structReader struct {
