@@ -72,6 +72,17 @@ func TestRunFunctionUnreadableReplicas(t *testing.T) {
 			want:         []string{"cannot read ModelReplica ml-team/other-a-0: spec.engines[0].copies"},
 			wantSeverity: fnv1.Severity_SEVERITY_WARNING,
 		},
+		"OtherWithoutNamespaceNamed": {
+			reason:   "A replica without a namespace is named without a slash.",
+			clusters: []any{cluster},
+			replicas: []any{func() map[string]any {
+				r := replicaObject("other", "other-a-0", badEngines, nil)
+				delete(r["metadata"].(map[string]any), "namespace")
+				return r
+			}()},
+			want:         []string{"cannot read ModelReplica other-a-0: spec.engines[0].copies"},
+			wantSeverity: fnv1.Severity_SEVERITY_WARNING,
+		},
 		"OtherSettledNotRead": {
 			reason:   "Another deployment's replica every report counts charges nothing wherever it is pinned: its engines are not read, so not warned of.",
 			clusters: []any{cluster},
