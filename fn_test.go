@@ -76,22 +76,11 @@ func result(sev fnv1.Severity, msg string) *fnv1.Result {
 // the fleet on the wire. Both must give the same response.
 func run(t *testing.T, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
 	t.Helper()
-	wire, err := proto.Marshal(req)
-	if err != nil {
-		t.Fatalf("proto.Marshal(...): %v", err)
-	}
-	served := &fnv1.RunFunctionRequest{}
-	if err := unmarshalRequest(wire, served); err != nil {
-		t.Fatalf("unmarshalRequest(...): %v", err)
-	}
 	f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }}
+	viaCodec := serve(t, f, req)
 	rsp, err := f.RunFunction(context.Background(), req)
 	if err != nil {
 		t.Fatalf("RunFunction(...): unexpected error: %v", err)
-	}
-	viaCodec, err := f.RunFunction(context.Background(), served)
-	if err != nil {
-		t.Fatalf("RunFunction(...) through the request codec: unexpected error: %v", err)
 	}
 	if diff := cmp.Diff(rsp, viaCodec, protocmp.Transform()); diff != "" {
 		t.Fatalf("RunFunction(...): decoded request, -want, through the request codec, +got:\n%s", diff)
