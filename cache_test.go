@@ -214,3 +214,14 @@ func TestReplicaCacheConcurrentCalls(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestReplicaScheduledWhenObservedIsCharged: a replica whose pods became
+// scheduled at the very time of its pool's report is not counted by it, so
+// its engines are read and it is charged: the pool's one free node is
+// taken.
+func TestReplicaScheduledWhenObservedIsCharged(t *testing.T) {
+	req := cacheFleet(t, now.Add(-time.Minute), "1") // the pool was observed a minute ago
+	if got := placedReplicas(run(t, req)); got != 0 {
+		t.Errorf("placed %d replicas, want 0: the replica scheduled when the pool was observed holds its free node", got)
+	}
+}
