@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -195,7 +196,11 @@ func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *
 	out.replicas = make([]*v1alpha1.ModelReplica, 0, len(replicaItems))
 	out.specs = make([]object, 0, len(replicaItems))
 	replicaCall := caches.replicas.begin()
-	for _, item := range replicaItems {
+	var warmed int
+	for i, item := range replicaItems {
+		if i == warmed {
+			warmed = warm(replicaItems, i)
+		}
 		rep, spec, err := r.readReplica(item, caches.replicas, replicaCall)
 		// Our own replicas are kept, so their engines are always read, now,
 		// to fail the call in the order the replicas came.
@@ -215,6 +220,32 @@ func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *
 		out.specs = append(out.specs, spec)
 	}
 	return out, nil
+}
+
+// A request of 10,000 replicas is 37 MiB, more than the CPU's caches hold.
+// readReplica reads a few bytes here and there in each replica's 4 KB,
+// each read's position depending on the last, so that on a cold request
+// every one of them waited on memory. Reading a batch of replicas' bytes in
+// order first lets the CPU's prefetcher stream them in: measured, reading
+// 10,000 replicas from the cache took 8.3 ms so, 13.8 ms without.
+const warmBatchBytes = 256 << 10
+
+// warmed keeps what warm read, so that the compiler keeps the reads.
+var warmed atomic.Uint32 //nolint:gochecknoglobals // Written, never read: a sink.
+
+// warm reads the bytes of the batch of items that starts at i, in order, a
+// byte per cache line, and returns where the next batch starts.
+func warm(items [][]byte, i int) (next int) {
+	var sum, size int
+	for next = i; next < len(items) && size < warmBatchBytes; next++ {
+		item := items[next]
+		size += len(item)
+		for at := 0; at < len(item); at += 64 {
+			sum += int(item[at])
+		}
+	}
+	warmed.Add(uint32(sum))
+	return next
 }
 
 // withPins is a replica with its engines read from its spec: a copy, as
