@@ -2,6 +2,10 @@ package main
 
 import (
 	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"weak"
 
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
@@ -47,7 +51,116 @@ func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return c.CodecV2.Unmarshal(data, v)
 	}
 	// A copy the request keeps: the fleet's items alias it.
-	return unmarshalRequest(data.Materialize(), req)
+	b := requestCopies.get(data.Len())
+	data.CopyTo(b)
+	if err := unmarshalRequest(b, req); err != nil {
+		// Nothing of a request that did not decode aliases its copy.
+		requestCopies.put(b)
+		return err
+	}
+	requestCopies.lend(req, b)
+	return nil
+}
+
+// requestCopies are the buffers the codec copies requests into, recycled:
+// at 10,000 replicas a request is 37 MiB, which a new buffer on every
+// call costs more to allocate (the runtime zeroes it) than to fill, and
+// makes the garbage collector run about once a call. A buffer is lent to
+// the request decoded from it, and back when RunFunction is done with the
+// request: nothing RunFunction returns or caches aliases it.
+var requestCopies = &copyPool{lent: map[weak.Pointer[fnv1.RunFunctionRequest]][]byte{}} //nolint:gochecknoglobals // The codec is registered process-wide.
+
+// maxIdleCopies is how many buffers the pool keeps between calls: one per
+// concurrent call, as far as Crossplane calls concurrently at this size.
+const maxIdleCopies = 2
+
+// copyPool is safe for concurrent calls.
+type copyPool struct {
+	mu   sync.Mutex
+	idle [][]byte
+	lent map[weak.Pointer[fnv1.RunFunctionRequest]][]byte
+}
+
+// get returns a buffer of n bytes: the smallest idle one that holds them,
+// else a new one with room for a fleet that grows a little.
+func (p *copyPool) get(n int) []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	best := -1
+	for i, b := range p.idle {
+		if cap(b) >= n && (best < 0 || cap(b) < cap(p.idle[best])) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return make([]byte, n, n+n/8)
+	}
+	b := p.idle[best]
+	p.idle = slices.Delete(p.idle, best, best+1)
+	return b[:n]
+}
+
+// put makes a buffer idle, keeping the biggest maxIdleCopies.
+func (p *copyPool) put(b []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.idle = append(p.idle, b)
+	if len(p.idle) > maxIdleCopies {
+		smallest := 0
+		for i, idle := range p.idle {
+			if cap(idle) < cap(p.idle[smallest]) {
+				smallest = i
+			}
+		}
+		p.idle = slices.Delete(p.idle, smallest, smallest+1)
+	}
+}
+
+// lend records that req aliases b. Should RunFunction never see req (an
+// interceptor refused the call), b goes to the garbage collector with it.
+func (p *copyPool) lend(req *fnv1.RunFunctionRequest, b []byte) {
+	key := weak.Make(req)
+	p.mu.Lock()
+	p.lent[key] = b
+	p.mu.Unlock()
+	runtime.AddCleanup(req, p.forget, key)
+}
+
+// release takes back the buffer req was decoded from, if the codec decoded
+// it: nothing may read the request's fleet after.
+func (p *copyPool) release(req *fnv1.RunFunctionRequest) {
+	key := weak.Make(req)
+	p.mu.Lock()
+	b, ok := p.lent[key]
+	delete(p.lent, key)
+	p.mu.Unlock()
+	if ok {
+		p.put(b)
+	}
+}
+
+// idleBytes is what the pool holds between calls.
+func (p *copyPool) idleBytes() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, b := range p.idle {
+		n += cap(b)
+	}
+	return n
+}
+
+// drain drops the idle buffers, as a new server has none.
+func (p *copyPool) drain() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.idle = nil
+}
+
+func (p *copyPool) forget(key weak.Pointer[fnv1.RunFunctionRequest]) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.lent, key)
 }
 
 // unmarshalRequest decodes a RunFunctionRequest, leaving the items of the

@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"runtime"
 	"slices"
 	"testing"
+	"time"
+	"weak"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -14,6 +18,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/crossplane/function-sdk-go/logging"
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
@@ -479,5 +484,168 @@ func TestRequestCodecCopiesInput(t *testing.T) {
 	}
 	if after, err := wireItems(direct.GetRequiredResources()[requiredClusters]); err == nil && cmp.Equal(before, after) {
 		t.Errorf("unmarshalRequest(...): items unchanged by overwriting its input; the test no longer tells whether the codec copies")
+	}
+}
+
+// lentTo is the buffer requestCopies lent to req, if any.
+func lentTo(req *fnv1.RunFunctionRequest) ([]byte, bool) {
+	requestCopies.mu.Lock()
+	defer requestCopies.mu.Unlock()
+	b, ok := requestCopies.lent[weak.Make(req)]
+	return b, ok
+}
+
+func lentCount() int {
+	requestCopies.mu.Lock()
+	defer requestCopies.mu.Unlock()
+	return len(requestCopies.lent)
+}
+
+func TestRequestCopiesRecycled(t *testing.T) {
+	// The buffer a request was decoded into comes back when RunFunction is
+	// done with it, and the next request is decoded into it, as if new.
+	c := requestCodec{CodecV2: defaultCodec(t)}
+	big := newCodecFixture(t).req
+	small := proto.CloneOf(big)
+	small.RequiredResources[requiredReplicas] = itemsOf(structOf(t, fx.Replica("m", "b", 1).Obj()))
+	f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }}
+	requestCopies.drain()
+
+	first := &fnv1.RunFunctionRequest{}
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(marshalled(t, big))}, first); err != nil {
+		t.Fatalf("Unmarshal(...): %v", err)
+	}
+	firstCopy, ok := lentTo(first)
+	if !ok {
+		t.Fatalf("Unmarshal(...): the request's copy is not lent to it")
+	}
+	if _, err := f.RunFunction(context.Background(), first); err != nil {
+		t.Fatalf("RunFunction(...): %v", err)
+	}
+	if _, ok := lentTo(first); ok {
+		t.Errorf("RunFunction(...): the request's copy is still lent to it")
+	}
+	if got, want := requestCopies.idleBytes(), cap(firstCopy); got != want {
+		t.Errorf("idleBytes() after RunFunction: got %d, want the request's copy, %d", got, want)
+	}
+
+	second := &fnv1.RunFunctionRequest{}
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(marshalled(t, small))}, second); err != nil {
+		t.Fatalf("Unmarshal(...): %v", err)
+	}
+	secondCopy, _ := lentTo(second)
+	if len(secondCopy) == 0 || &secondCopy[0] != &firstCopy[0] {
+		t.Errorf("Unmarshal(...) of a smaller request: not decoded into the idle copy")
+	}
+	// Decoded into what the first request left, it reads as new.
+	fresh := &fnv1.RunFunctionRequest{}
+	if err := unmarshalRequest(marshalled(t, small), fresh); err != nil {
+		t.Fatalf("unmarshalRequest(...): %v", err)
+	}
+	if diff := cmp.Diff(fresh, second, protocmp.Transform()); diff != "" {
+		t.Errorf("Unmarshal(...) into a recycled copy: a fresh decoding's -want, +got:\n%s", diff)
+	}
+	want, err := f.RunFunction(context.Background(), fresh)
+	if err != nil {
+		t.Fatalf("RunFunction(...): %v", err)
+	}
+	got, err := f.RunFunction(context.Background(), second)
+	if err != nil {
+		t.Fatalf("RunFunction(...): %v", err)
+	}
+	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+		t.Errorf("RunFunction(...) of a request in a recycled copy: a fresh decoding's -want, +got:\n%s", diff)
+	}
+}
+
+func TestRequestCopiesNotDecoded(t *testing.T) {
+	// A request that does not decode aliases nothing: its copy is idle at
+	// once.
+	c := requestCodec{CodecV2: defaultCodec(t)}
+	requestCopies.drain()
+	before := lentCount()
+	garbage := []byte{0xff, 0xff, 0xff}
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(garbage)}, &fnv1.RunFunctionRequest{}); err == nil {
+		t.Fatalf("Unmarshal(%x): want an error, got none", garbage)
+	}
+	if got := lentCount(); got != before {
+		t.Errorf("Unmarshal(%x): %d copies lent, want %d", garbage, got, before)
+	}
+	if got := requestCopies.idleBytes(); got < len(garbage) {
+		t.Errorf("Unmarshal(%x): %d bytes idle, want the copy's", garbage, got)
+	}
+}
+
+func TestRequestCopiesNeverRun(t *testing.T) {
+	// A request decoded but never handed to RunFunction (an interceptor
+	// refused the call) lets its copy go with it.
+	c := requestCodec{CodecV2: defaultCodec(t)}
+	b := marshalled(t, newCodecFixture(t).req)
+	before := lentCount()
+	func() {
+		req := &fnv1.RunFunctionRequest{}
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, req); err != nil {
+			t.Fatalf("Unmarshal(...): %v", err)
+		}
+	}()
+	// Cleanups run after a collection, in their own goroutine.
+	for range 100 {
+		if lentCount() == before {
+			return
+		}
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	t.Errorf("after the request was collected: %d copies lent, want %d", lentCount(), before)
+}
+
+func TestCopyPool(t *testing.T) {
+	type want struct {
+		caps []int
+	}
+	cases := map[string]struct {
+		reason string
+		idle   []int
+		get    int
+		want   want
+	}{
+		"KeepsTheBiggest": {
+			reason: "Of more idle buffers than it keeps, the pool keeps the biggest.",
+			idle:   []int{10, 30, 20},
+			want:   want{caps: []int{20, 30}},
+		},
+		"SmallestThatFits": {
+			reason: "A buffer is taken from the smallest idle one that holds it.",
+			idle:   []int{30, 20},
+			get:    15,
+			want:   want{caps: []int{30}},
+		},
+		"NoneFits": {
+			reason: "When no idle buffer holds it, a buffer is new and the idle ones stay.",
+			idle:   []int{30, 20},
+			get:    40,
+			want:   want{caps: []int{20, 30}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			p := &copyPool{}
+			for _, n := range tc.idle {
+				p.put(make([]byte, n))
+			}
+			if tc.get > 0 {
+				if b := p.get(tc.get); len(b) != tc.get {
+					t.Errorf("%s\nget(%d): %d bytes", tc.reason, tc.get, len(b))
+				}
+			}
+			var caps []int
+			for _, b := range p.idle {
+				caps = append(caps, cap(b))
+			}
+			slices.Sort(caps)
+			if diff := cmp.Diff(tc.want.caps, caps); diff != "" {
+				t.Errorf("%s\nidle buffers' capacities: -want, +got:\n%s", tc.reason, diff)
+			}
+		})
 	}
 }

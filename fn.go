@@ -45,6 +45,8 @@ type Function struct {
 // endpoints, status and conditions. Bad input is a Fatal result, never an
 // error: Crossplane then keeps everything as it was.
 func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
+	// The codec's copy of the request goes back once the call is done.
+	defer requestCopies.release(req)
 	rsp := response.To(req, response.DefaultTTL)
 	ensureDesired(rsp)
 	// The scheduler is pure and takes no context: DRA's CEL cost limit bounds
