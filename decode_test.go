@@ -313,33 +313,3 @@ func TestReadErrorPaths(t *testing.T) {
 		})
 	}
 }
-
-func TestWarm(t *testing.T) {
-	// Batches of replicas cover every one, in order, each batch at least
-	// warmBatchBytes but for the last.
-	items := make([][]byte, 40)
-	for i := range items {
-		items[i] = make([]byte, warmBatchBytes/7+i)
-	}
-	var batches [][2]int
-	for i := 0; i < len(items); {
-		next := warm(items, i)
-		if next <= i || next > len(items) {
-			t.Fatalf("warm(items, %d): next batch at %d", i, next)
-		}
-		batches = append(batches, [2]int{i, next})
-		i = next
-	}
-	for _, b := range batches[:len(batches)-1] {
-		size := 0
-		for _, item := range items[b[0]:b[1]] {
-			size += len(item)
-		}
-		if size < warmBatchBytes || size-len(items[b[1]-1]) >= warmBatchBytes {
-			t.Errorf("warm(items, %d): a batch to %d of %d bytes, want the fewest items of at least %d", b[0], b[1], size, warmBatchBytes)
-		}
-	}
-	if last := batches[len(batches)-1]; last[1] != len(items) {
-		t.Errorf("warm: the last batch ends at %d, want %d", last[1], len(items))
-	}
-}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -865,5 +867,82 @@ func TestPiecesAmortized(t *testing.T) {
 	// would make n.
 	if allocs := testing.AllocsPerRun(5, func() { parseValue(b) }); allocs > 40 {
 		t.Errorf("parseValue of %d pieces: %.0f allocations, want at most 40", n, allocs)
+	}
+}
+
+func TestItemReader(t *testing.T) {
+	// An item of n bytes of Struct, as the codec leaves it on the wire:
+	// a Resource whose field 1 is the Struct.
+	item := func(i, n int) ([]byte, []byte) {
+		s := structEntry(fmt.Sprintf("k%d", i), bytes.Repeat([]byte{'x'}, n))
+		return s, bytesField(itemsField, bytesField(1, s))
+	}
+	type want struct {
+		items [][]byte
+		err   bool
+	}
+	decoded := structOf(t, map[string]any{"kind": "Decoded"})
+	decodedWire, err := proto.Marshal(decoded)
+	if err != nil {
+		t.Fatalf("proto.Marshal(...): %v", err)
+	}
+	many := want{}
+	var manyWire []byte
+	// Items over several batches, some straddling a batch's end.
+	for i := range 3 * warmBatchBytes / 20_000 {
+		s, w := item(i, 20_000)
+		many.items = append(many.items, s)
+		manyWire = append(manyWire, w...)
+	}
+	good, goodWire := item(0, 10)
+	cases := map[string]struct {
+		reason  string
+		decoded []*fnv1.Resource
+		wire    []byte
+		want    want
+	}{
+		"ManyBatches": {
+			reason: "Every item of a fleet bigger than a batch comes, in order.",
+			wire:   manyWire,
+			want:   many,
+		},
+		"DecodedFirst": {
+			reason:  "Decoded items come first, encoded back, then those on the wire.",
+			decoded: []*fnv1.Resource{{Resource: decoded}},
+			wire:    goodWire,
+			want:    want{items: [][]byte{decodedWire, good}},
+		},
+		"OtherFields": {
+			reason: "Fields of Resources other than its items are skipped.",
+			wire:   cat(varintField(5, 1), goodWire),
+			want:   want{items: [][]byte{good}},
+		},
+		"TruncatedAfterAnItem": {
+			reason: "An item the wire does not frame is an error when the reader gets to it, after the items before it.",
+			wire:   cat(goodWire, goodWire[:len(goodWire)-1]),
+			want:   want{items: [][]byte{good}, err: true},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			res := &fnv1.Resources{Items: tc.decoded}
+			res.ProtoReflect().SetUnknown(tc.wire)
+			it := newItemReader(res)
+			var got want
+			for {
+				b, ok, err := it.next()
+				if err != nil {
+					got.err = true
+					break
+				}
+				if !ok {
+					break
+				}
+				got.items = append(got.items, b)
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{}), cmp.Comparer(bytes.Equal)); diff != "" {
+				t.Errorf("%s\nnext(): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
 	}
 }

@@ -64,14 +64,15 @@ func scheduledSince(o *v1alpha1.ModelReplica) (*time.Time, string) {
 		if status != "True" || c["lastTransitionTime"] == nil {
 			return nil, ""
 		}
-		field := fmt.Sprintf("status.conditions[%d].lastTransitionTime", i)
+		// The field is named only when it is wrong: this runs for every
+		// replica of the fleet.
 		s, ok := c["lastTransitionTime"].(string)
 		if !ok {
-			return nil, field + ": not a string"
+			return nil, fmt.Sprintf("status.conditions[%d].lastTransitionTime: not a string", i)
 		}
 		t, err := time.Parse(time.RFC3339, s)
 		if err != nil {
-			return nil, fmt.Sprintf("%s: %q is not an RFC 3339 time", field, s)
+			return nil, fmt.Sprintf("status.conditions[%d].lastTransitionTime: %q is not an RFC 3339 time", i, s)
 		}
 		return &t, ""
 	}
