@@ -189,18 +189,26 @@ func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *
 		}
 		out.clusters = append(out.clusters, c)
 	}
-	replicaCall := caches.replicas.begin()
-	// Read as they come off the wire, a batch at a time (see itemReader).
-	replicaItems := newItemReader(replicas)
+	if err := out.readReplicas(&r, replicas, xr, caches.replicas); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// readReplicas reads the fleet's ModelReplicas as they come off the wire,
+// a batch at a time (see itemReader).
+func (fl *fleet) readReplicas(r *structReader, replicas *fnv1.Resources, xr *v1alpha1.ModelDeployment, cache *replicaCache) error {
+	call := cache.begin()
+	items := newItemReader(replicas)
 	for {
-		item, ok, err := replicaItems.next()
+		item, ok, err := items.next()
 		if err != nil {
-			return nil, fmt.Errorf("cannot read the ModelReplicas: %w", err)
+			return fmt.Errorf("cannot read the ModelReplicas: %w", err)
 		}
 		if !ok {
-			break
+			return nil
 		}
-		rep, spec, err := r.readReplica(item, caches.replicas, replicaCall)
+		rep, spec, err := r.readReplica(item, cache, call)
 		// Our own replicas are kept, so their engines are always read, now,
 		// to fail the call in the order the replicas came.
 		if err == nil && isOurReplica(rep, xr) {
@@ -210,15 +218,14 @@ func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *
 		if err != nil {
 			err = fmt.Errorf("cannot read ModelReplica %s: %w", nameOf(item), err)
 			if isOurs(item, xr) {
-				return nil, err
+				return err
 			}
-			out.warnings = append(out.warnings, unaccounted(err))
+			fl.warnings = append(fl.warnings, unaccounted(err))
 			continue
 		}
-		out.replicas = append(out.replicas, rep)
-		out.specs = append(out.specs, spec)
+		fl.replicas = append(fl.replicas, rep)
+		fl.specs = append(fl.specs, spec)
 	}
-	return out, nil
 }
 
 // withPins is a replica with its engines read from its spec: a copy, as
