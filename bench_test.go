@@ -248,7 +248,7 @@ func BenchmarkRunFunction(b *testing.B) {
 					b.Fatal(err)
 				}
 				server := func() *Function {
-					return &Function{now: func() time.Time { return benchNow }, caches: newCaches()}
+					return &Function{now: func() time.Time { return benchNow }, caches: newCaches(), selectors: scheduling.NewSelectors()}
 				}
 				f := server()
 				serve := func() (*fnv1.RunFunctionResponse, error) {

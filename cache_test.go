@@ -18,6 +18,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
 // serve runs f on a request as the server receives it, through the request
@@ -41,7 +42,7 @@ func serve(t *testing.T, f *Function, req *fnv1.RunFunctionRequest) *fnv1.RunFun
 }
 
 func cachingFunction() *Function {
-	return &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, caches: newCaches()}
+	return &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, caches: newCaches(), selectors: scheduling.NewSelectors()}
 }
 
 // versioned gives a replica the uid and resourceVersion the API server

@@ -39,6 +39,9 @@ type Function struct {
 
 	// caches hold what the last calls read of the fleet.
 	caches caches
+	// selectors keeps the deployments' compiled CEL selectors across calls;
+	// nil compiles them on every call.
+	selectors *scheduling.Selectors
 }
 
 // RunFunction reads the XR and the fleet, schedules, and writes the replicas,
@@ -134,7 +137,7 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		Deployment: xr,
 		Clusters:   clusters,
 		Replicas:   replicas,
-		Options:    scheduling.Options{Binding: opts.binding, RetainOnly: retainOnly},
+		Options:    scheduling.Options{Binding: opts.binding, RetainOnly: retainOnly, Selectors: f.selectors},
 	})
 	if invalid, ok := errors.AsType[*scheduling.InvalidSelectorError](err); ok {
 		return keepObserved(req, rsp, invalid)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
 var now = time.Date(2026, 10, 20, 20, 8, 0, 0, time.UTC)
@@ -73,10 +74,11 @@ func result(sev fnv1.Severity, msg string) *fnv1.Result {
 
 // run runs the function on a request twice: as tests build it, decoded,
 // and as the server receives it, through the request codec, which leaves
-// the fleet on the wire. Both must give the same response.
+// the fleet on the wire. Both must give the same response; the second
+// finds the selectors the first compiled.
 func run(t *testing.T, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
 	t.Helper()
-	f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }}
+	f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, selectors: scheduling.NewSelectors()}
 	viaCodec := serve(t, f, req)
 	rsp, err := f.RunFunction(context.Background(), req)
 	if err != nil {

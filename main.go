@@ -9,6 +9,8 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/crossplane/function-sdk-go"
+
+	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
 // defaultMaxRecvMessageSizeMB holds a RunFunctionRequest carrying 10,000
@@ -37,7 +39,7 @@ func (c *CLI) Run() error {
 	}
 
 	registerRequestCodec()
-	fn := &Function{log: log}
+	fn := &Function{log: log, selectors: scheduling.NewSelectors()}
 	if c.ObjectCache {
 		fn.caches = newCaches()
 	}

@@ -30,7 +30,7 @@ type request struct {
 
 // compileEngines compiles every member's nodeSelector once. A selector that
 // does not compile, or costs too much, is returned as an InvalidSelectorError.
-func compileEngines(d *v1alpha1.ModelDeployment) ([]engine, error) {
+func compileEngines(d *v1alpha1.ModelDeployment, selectors *Selectors) ([]engine, error) {
 	engines := make([]engine, 0, len(d.Spec.Template.Spec.Engines))
 	for _, e := range d.Spec.Template.Spec.Engines {
 		ce := engine{name: e.Name, copies: countOr(e.Copies, 1)}
@@ -46,7 +46,7 @@ func compileEngines(d *v1alpha1.ModelDeployment) ([]engine, error) {
 						if s.CEL == "" {
 							continue
 						}
-						p, detail := compileSelector(s.CEL)
+						p, detail := selectors.compile(s.CEL)
 						if p == nil {
 							return nil, &InvalidSelectorError{Engine: e.Name, Member: mi, Role: cm.role, Request: dev.Name, Selector: si, Detail: detail}
 						}

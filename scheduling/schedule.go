@@ -43,7 +43,7 @@ func Schedule(s Snapshot) (*Plan, error) {
 // schedule is Schedule, also returning the pass so tests can inspect the
 // ledger it ended with.
 func schedule(s Snapshot) (*Plan, *pass, error) {
-	engines, err := compileEngines(s.Deployment)
+	engines, err := compileEngines(s.Deployment, s.Options.Selectors)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -77,7 +77,7 @@ func newPass(s Snapshot, engines []engine) *pass {
 		engines:    engines,
 		clusters:   map[string]*cluster{},
 		binding:    s.Options.Binding,
-		programs:   programCache{},
+		programs:   programCache{shared: s.Options.Selectors, programs: map[string]*program{}},
 		stamped:    map[string][]int64{},
 	}
 	// Sort every input first: the plan must not depend on the order the

@@ -3,7 +3,9 @@ package scheduling
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -308,6 +310,19 @@ func checkPlan(t *testing.T, reason string, s Snapshot, placed []string, shortfa
 	if err != nil {
 		t.Fatalf("%s\nSchedule(...): unexpected error: %v", reason, err)
 	}
+	// Selectors compiled in an earlier pass, or in this one, change
+	// nothing: twice through a shared cache, the plan is the same.
+	shared := s
+	shared.Options.Selectors = NewSelectors()
+	for range 2 {
+		again, err := Schedule(shared)
+		if err != nil {
+			t.Fatalf("%s\nSchedule(...) with shared selectors: unexpected error: %v", reason, err)
+		}
+		if diff := cmp.Diff(plan, again, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("%s\nSchedule(...) with shared selectors: -without, +with:\n%s", reason, diff)
+		}
+	}
 	if diff := cmp.Diff(placed, summary(plan), cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("%s\nSchedule(...) placements: -want, +got:\n%s", reason, diff)
 	}
@@ -344,12 +359,20 @@ func TestScheduleInvalidSelector(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			d := fx.Deployment("m").Engines(fx.Standalone("main", fx.Request("gpu", 1, tc.cel))).Obj()
-			_, err := Schedule(snapshot(d, []*v1alpha1.InferenceCluster{fx.Cluster("a").Obj()}))
-			if _, ok := errors.AsType[*InvalidSelectorError](err); !ok {
-				t.Fatalf("%s\nSchedule(...): want an InvalidSelectorError, got %v", tc.reason, err)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("%s\nSchedule(...): error %q does not contain %q", tc.reason, err, tc.want)
+			s := snapshot(d, []*v1alpha1.InferenceCluster{fx.Cluster("a").Obj()})
+			// Without a shared cache, then twice with one: a selector refused
+			// once is refused again, for the same reason.
+			for _, selectors := range []*Selectors{nil, NewSelectors()} {
+				s.Options.Selectors = selectors
+				for range 2 {
+					_, err := Schedule(s)
+					if _, ok := errors.AsType[*InvalidSelectorError](err); !ok {
+						t.Fatalf("%s\nSchedule(...): want an InvalidSelectorError, got %v", tc.reason, err)
+					}
+					if !strings.Contains(err.Error(), tc.want) {
+						t.Errorf("%s\nSchedule(...): error %q does not contain %q", tc.reason, err, tc.want)
+					}
+				}
 			}
 		})
 	}
@@ -512,6 +535,33 @@ func TestScheduleFreeDevices(t *testing.T) {
 			checkPlan(t, tc.reason, tc.snapshot, tc.want.placed, tc.want.shortfall)
 		})
 	}
+}
+
+func TestSelectorsBounded(t *testing.T) {
+	// A cache as full as it gets starts over, and compiles on.
+	s := NewSelectors()
+	for i := range maxSelectors + 1 {
+		if p, detail := s.compile(fmt.Sprintf("device.driver == %q", strconv.Itoa(i))); p == nil {
+			t.Fatalf("compile(...) #%d: %s", i, detail)
+		}
+	}
+	if n := len(s.compiled); n > maxSelectors {
+		t.Errorf("compile(...) %d times: %d selectors cached, want at most %d", maxSelectors+1, n, maxSelectors)
+	}
+}
+
+func TestSelectorsConcurrent(t *testing.T) {
+	// Passes share the cache concurrently (run with -race).
+	s := NewSelectors()
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			if p, detail := s.compile(fmt.Sprintf("device.driver == %q", strconv.Itoa(i%2))); p == nil {
+				t.Errorf("compile(...): %s", detail)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func TestParseIndex(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/blang/semver/v4"
 	resourceapi "k8s.io/api/resource/v1"
@@ -49,16 +50,68 @@ func compileSelector(expr string) (*program, string) {
 	return &program{result: r}, ""
 }
 
-// programCache compiles each distinct expression once per pass. It serves
-// the selectors stamped on observed replicas, which repeat across the fleet.
-type programCache map[string]*program
+// Selectors keeps compiled selectors across passes, and is safe for
+// concurrent passes: compiling an expression takes about half a
+// millisecond, and a fleet's passes compile the same few again and again.
+// Compiling is a pure function of the expression, so what a pass decides
+// does not depend on what the cache holds. A nil *Selectors compiles each
+// expression once per pass.
+type Selectors struct {
+	mu       sync.Mutex
+	compiled map[string]compiled
+}
+
+// compiled is a selector compiled: its program, or why it has none.
+type compiled struct {
+	program *program
+	detail  string
+}
+
+// maxSelectors bounds the cache; a full cache starts over.
+const maxSelectors = 1024
+
+// NewSelectors returns an empty cache of compiled selectors.
+func NewSelectors() *Selectors {
+	return &Selectors{compiled: map[string]compiled{}}
+}
+
+// compile compiles expr, or returns what compiling it returned before.
+func (s *Selectors) compile(expr string) (*program, string) {
+	if s == nil {
+		return compileSelector(expr)
+	}
+	s.mu.Lock()
+	c, ok := s.compiled[expr]
+	s.mu.Unlock()
+	if ok {
+		return c.program, c.detail
+	}
+	// Compiled without the lock: two passes may compile the same
+	// expression, to the same result.
+	c.program, c.detail = compileSelector(expr)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.compiled) >= maxSelectors {
+		clear(s.compiled)
+	}
+	s.compiled[expr] = c
+	return c.program, c.detail
+}
+
+// programCache compiles each distinct expression once per pass, through
+// the shared cache when there is one. It serves the selectors stamped on
+// observed replicas, which repeat across the fleet.
+type programCache struct {
+	shared   *Selectors
+	programs map[string]*program
+}
 
 func (c programCache) get(expr string) *program {
-	if p, ok := c[expr]; ok {
+	if p, ok := c.programs[expr]; ok {
 		return p
 	}
-	p, _ := compileSelector(expr)
-	c[expr] = p
+	p, _ := c.shared.compile(expr)
+	c.programs[expr] = p
 	return p
 }
 

@@ -38,6 +38,9 @@ type Options struct {
 	// RetainOnly keeps existing replicas but places no new ones, for when the
 	// candidate clusters cannot be trusted yet (an unresolved ModelCache).
 	RetainOnly bool
+
+	// Selectors, when not nil, keeps compiled selectors across passes.
+	Selectors *Selectors
 }
 
 // Snapshot is everything one scheduling pass reads.
