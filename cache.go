@@ -6,6 +6,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/observation"
+	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
 // Crossplane calls the function for every ModelDeployment it reconciles,
@@ -48,10 +50,18 @@ func newCaches() caches {
 	return caches{clusters: newObjectCache[v1alpha1.InferenceCluster](), replicas: newReplicaCache()}
 }
 
-// replicaCache holds what readReplica read of each ModelReplica.
-type replicaCache = objectCache[v1alpha1.ModelReplica]
+// replicaCache holds what readReplica read of each ModelReplica, and what
+// observation made of it.
+type replicaCache = objectCache[observedReplica]
 
-func newReplicaCache() *replicaCache { return newObjectCache[v1alpha1.ModelReplica]() }
+func newReplicaCache() *replicaCache { return newObjectCache[observedReplica]() }
+
+// observedReplica is a ModelReplica as read, without its engines, and as
+// observed: when its pods were scheduled, or why that cannot be read.
+type observedReplica struct {
+	replica scheduling.Replica
+	finding *observation.ReplicaFinding
+}
 
 // clusterCache holds what readCluster read of each InferenceCluster.
 type clusterCache = objectCache[v1alpha1.InferenceCluster]

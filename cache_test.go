@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -121,6 +122,30 @@ func TestReplicaCache(t *testing.T) {
 				t.Errorf("%s\ncached replicas: want %d, got %d", tc.reason, tc.wantCached, got)
 			}
 		})
+	}
+}
+
+func TestReplicaCacheKeepsFindings(t *testing.T) {
+	// A replica whose PodsScheduled time cannot be read is cached as
+	// observed, finding and all: every call served from the cache warns of
+	// it as the first did.
+	cluster := fx.Cluster("a").Obj()
+	other := versioned(fx.Replica("other", "a", 0).Conditions(v1alpha1.Condition{Type: "PodsScheduled", Status: "True", LastTransitionTime: "yesterday"}).Obj(), "uid-other", "1")
+	req := request(t, fx.Deployment("m").Obj(), []any{cluster}, []any{other})
+	want := run(t, req)
+	if !slices.ContainsFunc(want.GetResults(), func(r *fnv1.Result) bool {
+		return strings.Contains(r.GetMessage(), `"yesterday" is not an RFC 3339 time`)
+	}) {
+		t.Fatalf("uncached call: no warning of the unreadable time in %v", want.GetResults())
+	}
+	f := cachingFunction()
+	for i := range 3 {
+		if diff := cmp.Diff(want, serve(t, f, req), protocmp.Transform()); diff != "" {
+			t.Errorf("call %d: -uncached, +cached:\n%s", i, diff)
+		}
+	}
+	if got := len(f.caches.replicas.entries); got != 1 {
+		t.Errorf("cached replicas: want 1, got %d", got)
 	}
 }
 

@@ -295,11 +295,11 @@ func lastOfEachKey(entries []entry) []entry {
 }
 
 // readReplica reads what the scheduler uses of every ModelReplica: its
-// identity, its cluster and its PodsScheduled condition; from the cache
-// when it holds this version of the replica. Its spec is returned still on
-// the wire for readPins: the scheduler needs the engines (pins and stamped
-// requests) only of the replicas it may charge or keep.
-func (r *structReader) readReplica(s []byte, cache *replicaCache, call uint64) (*v1alpha1.ModelReplica, object, error) {
+// identity, its cluster and its PodsScheduled condition, observed; from
+// the cache when it holds this version of the replica. Its spec is
+// returned still on the wire for readPins: the scheduler needs the engines
+// (pins and stamped requests) only of the replicas it may charge or keep.
+func (r *structReader) readReplica(s []byte, cache *replicaCache, call uint64) (*observedReplica, object, error) {
 	r.start()
 	// Each object is read in one walk of its entries.
 	var top [3]value
@@ -341,10 +341,13 @@ func (r *structReader) readReplica(s []byte, cache *replicaCache, call uint64) (
 		out.Status = &v1alpha1.ModelReplicaStatus{Conditions: r.podsScheduledConditions(conds)}
 		r.leave()
 	}
-	if r.err == nil {
-		cache.put(r.cacheKey, call, out)
+	if r.err != nil {
+		return nil, spec, r.err
 	}
-	return out, spec, r.err
+	observed := &observedReplica{}
+	observed.replica, observed.finding = observation.Replica(out)
+	cache.put(r.cacheKey, call, observed)
+	return observed, spec, nil
 }
 
 // readPins reads a replica's spec.engines, of the spec readReplica returned.
@@ -448,7 +451,7 @@ func (r *structReader) podsScheduledConditions(conds value) any {
 			r.leave()
 			continue
 		}
-		// The fields of a condition observation.Replicas reads.
+		// The fields of a condition observation.Replica reads.
 		conditionKeys := [...]string{"type", "status", "lastTransitionTime"}
 		var fields [len(conditionKeys)]value
 		r.object(c, "").fields(conditionKeys[:], fields[:])

@@ -185,11 +185,11 @@ func readReplicaStruct(s *structpb.Struct) (*v1alpha1.ModelReplica, error) {
 		return nil, err
 	}
 	var r structReader
-	rep, pins, err := r.readReplica(b, nil, 0)
+	observed, pins, err := r.readReplica(b, nil, 0)
 	if err != nil {
 		return nil, err
 	}
-	return rep, r.readPins(pins, rep)
+	return observed.replica.Object, r.readPins(pins, observed.replica.Object)
 }
 
 func TestReadTooDeep(t *testing.T) {

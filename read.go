@@ -119,7 +119,10 @@ func describeJSONError(err error) error {
 // fleet is the resolved required resources.
 type fleet struct {
 	clusters []*v1alpha1.InferenceCluster
-	replicas []*v1alpha1.ModelReplica
+	// replicas are observed as they are read, or found in the cache so;
+	// findings are what could not be observed of them.
+	replicas []scheduling.Replica
+	findings []observation.ReplicaFinding
 	// specs are the replicas' specs, still on the wire: readPins reads the
 	// engines of those the scheduler needs.
 	specs []object
@@ -208,11 +211,15 @@ func (fl *fleet) readReplicas(r *structReader, replicas *fnv1.Resources, xr *v1a
 		if !ok {
 			return nil
 		}
-		rep, spec, err := r.readReplica(item, cache, call)
+		observed, spec, err := r.readReplica(item, cache, call)
+		var rep scheduling.Replica
+		if err == nil {
+			rep = observed.replica
+		}
 		// Our own replicas are kept, so their engines are always read, now,
 		// to fail the call in the order the replicas came.
-		if err == nil && isOurReplica(rep, xr) {
-			rep, err = r.withPins(rep, spec)
+		if err == nil && isOurReplica(rep.Object, xr) {
+			rep.Object, err = r.withPins(rep.Object, spec)
 			spec = nil
 		}
 		if err != nil {
@@ -225,6 +232,9 @@ func (fl *fleet) readReplicas(r *structReader, replicas *fnv1.Resources, xr *v1a
 		}
 		fl.replicas = append(fl.replicas, rep)
 		fl.specs = append(fl.specs, spec)
+		if observed.finding != nil {
+			fl.findings = append(fl.findings, *observed.finding)
+		}
 	}
 }
 
@@ -248,7 +258,7 @@ func unaccounted(err error) string {
 
 // readPins reads the engines (pins and stamped requests) of the other
 // deployments' replicas the scheduler may charge, in the order
-// observation.Replicas kept (readFleet read our own): every one whose pods
+// readFleet kept (it read our own): every one whose pods
 // some pool report of its cluster does not count yet. The rest charge
 // nothing wherever they are pinned (scheduling.CountedBefore), and their
 // engines are never read. A replica whose engines cannot be read is left

@@ -780,7 +780,11 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 // readReplicaWire reads a replica as readFleet and readPins do, without a
 // cache: its identity, then its engines, even of a replica that failed.
 func readReplicaWire(r *structReader, b []byte) (*v1alpha1.ModelReplica, error) {
-	rep, spec, err := r.readReplica(b, nil, 0)
+	observed, spec, err := r.readReplica(b, nil, 0)
+	rep := &v1alpha1.ModelReplica{}
+	if err == nil {
+		rep = observed.replica.Object
+	}
 	if perr := r.readPins(spec, rep); err == nil {
 		err = perr
 	}

@@ -29,15 +29,24 @@ func Replicas(objs []*v1alpha1.ModelReplica) ([]scheduling.Replica, []ReplicaFin
 	out := make([]scheduling.Replica, 0, len(objs))
 	var findings []ReplicaFinding
 	for _, o := range objs {
-		r := scheduling.Replica{Object: o}
-		since, defect := scheduledSince(o)
-		if defect != "" {
-			findings = append(findings, ReplicaFinding{Namespace: o.Metadata.Namespace, Name: o.Metadata.Name, Defect: defect})
+		r, finding := Replica(o)
+		if finding != nil {
+			findings = append(findings, *finding)
 		}
-		r.ScheduledSince = since
 		out = append(out, r)
 	}
 	return out, findings
+}
+
+// Replica reads one replica's PodsScheduled condition: a finding, not nil,
+// when it cannot.
+func Replica(o *v1alpha1.ModelReplica) (scheduling.Replica, *ReplicaFinding) {
+	since, defect := scheduledSince(o)
+	r := scheduling.Replica{Object: o, ScheduledSince: since}
+	if defect != "" {
+		return r, &ReplicaFinding{Namespace: o.Metadata.Namespace, Name: o.Metadata.Name, Defect: defect}
+	}
+	return r, nil
 }
 
 // scheduledSince is when PodsScheduled became True, nil when it is not True.
