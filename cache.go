@@ -5,7 +5,6 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -47,7 +46,7 @@ type caches struct {
 }
 
 func newCaches() caches {
-	return caches{clusters: newObjectCache[v1alpha1.InferenceCluster](), replicas: newReplicaCache()}
+	return caches{clusters: newObjectCache[observation.ClusterReports](), replicas: newReplicaCache()}
 }
 
 // replicaCache holds what readReplica read of each ModelReplica, and what
@@ -63,8 +62,9 @@ type observedReplica struct {
 	finding *observation.ReplicaFinding
 }
 
-// clusterCache holds what readCluster read of each InferenceCluster.
-type clusterCache = objectCache[v1alpha1.InferenceCluster]
+// clusterCache holds what readCluster read of each InferenceCluster, and
+// its pool reports read.
+type clusterCache = objectCache[observation.ClusterReports]
 
 // begin starts a call: it returns the call's number, and sweeps out the
 // entries no recent call has read.

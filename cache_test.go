@@ -191,6 +191,33 @@ func TestClusterCache(t *testing.T) {
 	}
 }
 
+func TestClusterCacheJudgedOnEveryCall(t *testing.T) {
+	// A cached cluster's pool report is judged against each call's clock:
+	// the same version, ten minutes on, is stale, and the pool falls back
+	// to whole-node accounting, as on a server's first call.
+	req := cacheFleet(t, now.Add(-2*time.Minute), "1")
+	clock := now
+	f := cachingFunction()
+	f.now = func() time.Time { return clock }
+	for _, at := range []time.Time{now, now.Add(10 * time.Minute)} {
+		clock = at
+		uncached := &Function{log: logging.NewNopLogger(), now: func() time.Time { return at }}
+		want, err := uncached.RunFunction(context.Background(), req)
+		if err != nil {
+			t.Fatalf("RunFunction(...): %v", err)
+		}
+		if diff := cmp.Diff(want, serve(t, f, req), protocmp.Transform()); diff != "" {
+			t.Errorf("at %s: -uncached, +cached:\n%s", at, diff)
+		}
+	}
+	stale := slices.ContainsFunc(serve(t, f, req).GetConditions(), func(c *fnv1.Condition) bool {
+		return strings.Contains(c.GetMessage(), "observation stale")
+	})
+	if !stale {
+		t.Errorf("ten minutes on: no condition says the observation is stale")
+	}
+}
+
 func placedReplicas(rsp *fnv1.RunFunctionResponse) int {
 	n := 0
 	for k := range rsp.GetDesired().GetResources() {

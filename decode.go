@@ -478,8 +478,9 @@ func isPodsScheduled(typ value) bool {
 
 // readCluster reads what the scheduler uses of an InferenceCluster: nothing
 // more, so that a malformed field it has no use for cannot fail the call;
-// from the cache when it holds this version of the cluster.
-func (r *structReader) readCluster(s []byte, cache *clusterCache, call uint64) (*v1alpha1.InferenceCluster, error) {
+// and its pool reports (observation.ReadCluster). From the cache when it
+// holds this version of the cluster.
+func (r *structReader) readCluster(s []byte, cache *clusterCache, call uint64) (*observation.ClusterReports, error) {
 	r.start()
 	f := object(s)
 	var meta [4]value
@@ -530,10 +531,12 @@ func (r *structReader) readCluster(s []byte, cache *clusterCache, call uint64) (
 		r.leave()
 	}
 	r.leave()
-	if r.err == nil {
-		cache.put(r.cacheKey, call, out)
+	if r.err != nil {
+		return nil, r.err
 	}
-	return out, r.err
+	reports := observation.ReadCluster(out)
+	cache.put(r.cacheKey, call, reports)
+	return reports, nil
 }
 
 // pool reads a GPU pool; the agent's report is only decoded, for the

@@ -175,7 +175,7 @@ func readClusterStruct(s *structpb.Struct) (*v1alpha1.InferenceCluster, error) {
 		return nil, err
 	}
 	var r structReader
-	return r.readCluster(b, nil, 0)
+	return readClusterWire(&r, b)
 }
 
 // readReplicaStruct reads a replica as a request carries it, on the wire.

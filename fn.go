@@ -126,7 +126,7 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	}
 
 	now := f.clock()
-	clusters, pools := observation.Clusters(fl.clusters, now, opts.maxAge)
+	clusters, pools := observation.Judge(fl.clusters, now, opts.maxAge)
 	replicas, findings := fl.readPins(clusters, fl.replicas, fl.findings)
 	warn(rsp, fl.warnings)
 	retainOnly := setCacheCondition(rsp, fl)

@@ -118,7 +118,8 @@ func describeJSONError(err error) error {
 
 // fleet is the resolved required resources.
 type fleet struct {
-	clusters []*v1alpha1.InferenceCluster
+	// clusters are read with their pool reports, or found in the cache so.
+	clusters []*observation.ClusterReports
 	// replicas are observed as they are read, or found in the cache so;
 	// findings are what could not be observed of them.
 	replicas []scheduling.Replica
@@ -260,9 +261,11 @@ func unaccounted(err error) string {
 // deployments' replicas the scheduler may charge, in the order
 // readFleet kept (it read our own): every one whose pods
 // some pool report of its cluster does not count yet. The rest charge
-// nothing wherever they are pinned (scheduling.CountedBefore), and their
-// engines are never read. A replica whose engines cannot be read is left
-// out with a warning, and so are the findings about it.
+// nothing wherever they are pinned (scheduling.CountedBefore): their
+// engines are never read, and they are left out, as the scheduler would
+// leave them out, before it has to walk them. A replica whose engines
+// cannot be read is left out with a warning, and so are the findings about
+// it.
 func (fl *fleet) readPins(clusters []scheduling.Cluster, replicas []scheduling.Replica, findings []observation.ReplicaFinding) ([]scheduling.Replica, []observation.ReplicaFinding) {
 	// A name two clusters share is left to the scheduler to resolve.
 	named := make(map[string]int, len(clusters))
@@ -282,10 +285,12 @@ func (fl *fleet) readPins(clusters []scheduling.Cluster, replicas []scheduling.R
 	kept := make([]scheduling.Replica, 0, len(replicas))
 	var dropped map[string]bool
 	for i, rep := range replicas {
-		before, settled := countedBefore[rep.Object.Spec.ClusterName]
 		// Our own replicas' engines are read already (a nil spec).
-		if fl.specs[i] == nil || settled && rep.CountedBy(before) {
+		if fl.specs[i] == nil {
 			kept = append(kept, rep)
+			continue
+		}
+		if before, settled := countedBefore[rep.Object.Spec.ClusterName]; settled && rep.CountedBy(before) {
 			continue
 		}
 		withPins, err := r.withPins(rep.Object, fl.specs[i])

@@ -793,7 +793,11 @@ func readReplicaWire(r *structReader, b []byte) (*v1alpha1.ModelReplica, error) 
 
 // readClusterWire reads a cluster as readFleet does, without a cache.
 func readClusterWire(r *structReader, b []byte) (*v1alpha1.InferenceCluster, error) {
-	return r.readCluster(b, nil, 0)
+	c, err := r.readCluster(b, nil, 0)
+	if err != nil {
+		return nil, err
+	}
+	return c.Object(), nil
 }
 
 func FuzzReadWire(f *testing.F) {

@@ -83,26 +83,59 @@ func (r PoolReport) Reason() string {
 // clusters with their usable observations for the scheduler, and a report
 // per pool in input order.
 func Clusters(objs []*v1alpha1.InferenceCluster, now time.Time, maxAge time.Duration) ([]scheduling.Cluster, []PoolReport) {
-	clusters := make([]scheduling.Cluster, 0, len(objs))
-	var reports []PoolReport
+	read := make([]*ClusterReports, 0, len(objs))
 	for _, o := range objs {
-		c := scheduling.Cluster{Object: o, Observed: map[string]*scheduling.PoolObservation{}}
-		ready := false
-		if cond := v1alpha1.FindCondition(o.Status.Conditions, "Ready"); cond != nil {
-			ready = cond.Status == "True"
-		}
-		for i := range o.Status.GPUPools {
-			p := &o.Status.GPUPools[i]
-			obs, rep := Pool(p, now, maxAge)
-			rep.Cluster, rep.ClusterReady = o.Metadata.Name, ready
-			for _, d := range p.Devices {
-				for _, defect := range scheduling.DeviceDefects(d) {
-					rep.DeviceDefects = append(rep.DeviceDefects, fmt.Sprintf("devices[%s].%s", d.Name, defect))
-				}
+		read = append(read, ReadCluster(o))
+	}
+	return Judge(read, now, maxAge)
+}
+
+// ClusterReports are a cluster's pool reports read and checked, all but
+// against the clock. Reading them is most of the cost of judging them, and
+// depends on the cluster alone: a caller that keeps an unchanged cluster
+// across calls can keep its reports with it, and Judge them at any time.
+// They are shared, never changed.
+type ClusterReports struct {
+	object *v1alpha1.InferenceCluster
+	pools  []poolReading
+}
+
+// Object is the cluster the reports were read of.
+func (c *ClusterReports) Object() *v1alpha1.InferenceCluster { return c.object }
+
+// ReadCluster reads a cluster's pool reports.
+func ReadCluster(o *v1alpha1.InferenceCluster) *ClusterReports {
+	ready := false
+	if cond := v1alpha1.FindCondition(o.Status.Conditions, "Ready"); cond != nil {
+		ready = cond.Status == "True"
+	}
+	c := &ClusterReports{object: o, pools: make([]poolReading, 0, len(o.Status.GPUPools))}
+	for i := range o.Status.GPUPools {
+		p := &o.Status.GPUPools[i]
+		r := readPool(p)
+		r.report.Cluster, r.report.ClusterReady = o.Metadata.Name, ready
+		for _, d := range p.Devices {
+			for _, defect := range scheduling.DeviceDefects(d) {
+				r.report.DeviceDefects = append(r.report.DeviceDefects, fmt.Sprintf("devices[%s].%s", d.Name, defect))
 			}
+		}
+		r.report.DeviceDefects = slices.Clip(r.report.DeviceDefects)
+		c.pools = append(c.pools, r)
+	}
+	return c
+}
+
+// Judge judges the read clusters' pool reports at now, as Clusters does.
+func Judge(read []*ClusterReports, now time.Time, maxAge time.Duration) ([]scheduling.Cluster, []PoolReport) {
+	clusters := make([]scheduling.Cluster, 0, len(read))
+	var reports []PoolReport
+	for _, rc := range read {
+		c := scheduling.Cluster{Object: rc.object, Observed: make(map[string]*scheduling.PoolObservation, len(rc.pools))}
+		for _, r := range rc.pools {
+			obs, rep := r.at(now, maxAge)
 			if obs != nil {
-				if _, dup := c.Observed[p.Name]; !dup {
-					c.Observed[p.Name] = obs
+				if _, dup := c.Observed[rep.Pool]; !dup {
+					c.Observed[rep.Pool] = obs
 				}
 			}
 			reports = append(reports, rep)
@@ -115,50 +148,90 @@ func Clusters(objs []*v1alpha1.InferenceCluster, now time.Time, maxAge time.Dura
 // Pool judges one pool's report at now. It returns the observation when the
 // report is usable, and the verdict either way.
 func Pool(p *v1alpha1.GPUPool, now time.Time, maxAge time.Duration) (*scheduling.PoolObservation, PoolReport) {
-	rep := PoolReport{Pool: p.Name}
+	return readPool(p).at(now, maxAge)
+}
+
+// poolReading is a pool's report read, every check that does not depend on
+// the clock made, in the order Pool makes them: those before the report's
+// time is compared with the clock decide the verdict whatever the time;
+// those after it (defect), only for a report not from the future.
+type poolReading struct {
+	report  PoolReport
+	decided bool
+	// published is the report's time as published; observedAt as read.
+	published  string
+	observedAt time.Time
+	// defect is the report Invalid, when a check after the clock's failed.
+	defect      *PoolReport
+	observation *scheduling.PoolObservation
+}
+
+func readPool(p *v1alpha1.GPUPool) poolReading {
+	r := poolReading{report: PoolReport{Pool: p.Name}, decided: true}
 	const missing = "missing while the pool's other observation fields are set"
 	switch {
 	case p.ObservedNodes == nil && p.NodesByFreeDevices == nil:
 		// The agent publishes neither for a pool it has not reported on or
 		// cannot observe, whether or not it stamps observedAt.
-		rep.State = Missing
-		return nil, rep
+		r.report.State = Missing
+		return r
 	case p.ObservedAt == nil:
-		return nil, invalid(rep, fieldObservedAt, missing)
+		r.report = invalid(r.report, fieldObservedAt, missing)
+		return r
 	case p.ObservedNodes == nil:
-		return nil, invalid(rep, fieldObservedNode, missing)
+		r.report = invalid(r.report, fieldObservedNode, missing)
+		return r
 	case p.NodesByFreeDevices == nil:
-		return nil, invalid(rep, fieldNodesByFree, missing)
+		r.report = invalid(r.report, fieldNodesByFree, missing)
+		return r
 	}
 
 	at, ok := p.ObservedAt.(string)
 	if !ok {
-		return nil, invalid(rep, fieldObservedAt, "not a string")
+		r.report = invalid(r.report, fieldObservedAt, "not a string")
+		return r
 	}
 	observedAt, err := time.Parse(time.RFC3339, at)
 	if err != nil {
-		return nil, invalid(rep, fieldObservedAt, fmt.Sprintf("%q is not an RFC 3339 time", at))
+		r.report = invalid(r.report, fieldObservedAt, fmt.Sprintf("%q is not an RFC 3339 time", at))
+		return r
 	}
-	if ahead := observedAt.Sub(now); ahead > maxAge {
-		return nil, invalid(rep, fieldObservedAt, fmt.Sprintf("%s is %s in the future", at, ahead.Round(time.Second)))
-	}
+	r.decided, r.published, r.observedAt = false, at, observedAt
 
 	observedNodes, defect := count(p.ObservedNodes)
 	if defect != "" {
-		return nil, invalid(rep, fieldObservedNode, defect)
+		rep := invalid(r.report, fieldObservedNode, defect)
+		r.defect = &rep
+		return r
 	}
-
 	buckets, field, defect := buckets(p, observedNodes)
 	if defect != "" {
-		return nil, invalid(rep, field, defect)
+		rep := invalid(r.report, field, defect)
+		r.defect = &rep
+		return r
 	}
+	r.observation = &scheduling.PoolObservation{ObservedAt: observedAt, ObservedNodes: observedNodes, Buckets: buckets}
+	return r
+}
 
-	if age := now.Sub(observedAt); age > maxAge {
+// at judges the read report at now.
+func (r poolReading) at(now time.Time, maxAge time.Duration) (*scheduling.PoolObservation, PoolReport) {
+	rep := r.report
+	switch {
+	case r.decided:
+		return nil, rep
+	case r.observedAt.Sub(now) > maxAge:
+		return nil, invalid(rep, fieldObservedAt, fmt.Sprintf("%s is %s in the future", r.published, r.observedAt.Sub(now).Round(time.Second)))
+	case r.defect != nil:
+		rep.State, rep.Defect = r.defect.State, r.defect.Defect
+		return nil, rep
+	}
+	if age := now.Sub(r.observedAt); age > maxAge {
 		rep.State, rep.Age = Stale, age
 		return nil, rep
 	}
-	rep.State, rep.ExpiresAt = Usable, observedAt.Add(maxAge)
-	return &scheduling.PoolObservation{ObservedAt: observedAt, ObservedNodes: observedNodes, Buckets: buckets}, rep
+	rep.State, rep.ExpiresAt = Usable, r.observedAt.Add(maxAge)
+	return r.observation, rep
 }
 
 func invalid(rep PoolReport, field, defect string) PoolReport {
@@ -256,33 +329,35 @@ func bucket(v any, devices []v1alpha1.Device) (scheduling.Bucket, string, string
 		if !isObject && fv != nil {
 			return scheduling.Bucket{}, "", notBuckets
 		}
-		field := "free[" + strconv.Itoa(fi) + "]"
+		// The field is named only when it is wrong: this runs for every
+		// bucket of every pool of the fleet.
+		field := func(sub string) string { return "free[" + strconv.Itoa(fi) + "]." + sub }
 		name, _ := ff["name"].(string)
 		if name == "" {
-			return scheduling.Bucket{}, field + ".name", "not a device name"
+			return scheduling.Bucket{}, field("name"), "not a device name"
 		}
 		// The first device of a name is the one, as everywhere a pool's
 		// devices are looked up by name.
 		di := slices.IndexFunc(devices, func(d v1alpha1.Device) bool { return d.Name == name })
 		switch {
 		case di < 0:
-			return scheduling.Bucket{}, field + ".name", fmt.Sprintf("pool has no device %q", name)
+			return scheduling.Bucket{}, field("name"), fmt.Sprintf("pool has no device %q", name)
 		case !devices[di].IsDRA():
-			return scheduling.Bucket{}, field + ".name", fmt.Sprintf("device %q is not claimed through DRA", name)
+			return scheduling.Bucket{}, field("name"), fmt.Sprintf("device %q is not claimed through DRA", name)
 		}
 		if _, dup := b.Free[name]; dup {
-			return scheduling.Bucket{}, field + ".name", fmt.Sprintf("device %q is listed twice", name)
+			return scheduling.Bucket{}, field("name"), fmt.Sprintf("device %q is listed twice", name)
 		}
 		n, defect := count(ff["count"])
 		if defect != "" {
-			return scheduling.Bucket{}, field + ".count", defect
+			return scheduling.Bucket{}, field("count"), defect
 		}
 		perNode := int64(0)
 		if c := devices[di].Count; c != nil {
 			perNode = *c
 		}
 		if n > perNode {
-			return scheduling.Bucket{}, field + ".count", fmt.Sprintf("%d free %s is more than the %d a node has", n, name, perNode)
+			return scheduling.Bucket{}, field("count"), fmt.Sprintf("%d free %s is more than the %d a node has", n, name, perNode)
 		}
 		b.Free[name] = n
 	}

@@ -625,3 +625,42 @@ func wantBuckets(n int, per int64) []scheduling.Bucket {
 	}
 	return out
 }
+
+func TestJudgeAtAnyTime(t *testing.T) {
+	// Reports read once are judged at any time as if read then: a caller
+	// keeps a cluster's reports across calls while the clock moves on.
+	future := now.Add(time.Hour).Format(time.RFC3339)
+	clusters := []*v1alpha1.InferenceCluster{
+		fixture.Cluster("a").Pools(
+			l4().Observed(now, 1, fixture.NodesFree(1, "gpu", 4)).Obj(),
+			fixture.Pool("h100", 2).Devices(fixture.GPU("gpu", 8, "80Gi")).Obj(),
+			fixture.Pool("bad", 2).Devices(fixture.GPU("gpu", 2, "48Gi")).RawObservation(q(nowRFC), "-2", "[]").Obj(),
+			// From the future and malformed: which defect is named depends
+			// on the clock.
+			fixture.Pool("ahead", 2).Devices(fixture.GPU("gpu", 2, "48Gi")).RawObservation(q(future), "-2", "[]").Obj(),
+			fixture.Pool("garbled", 2).Devices(fixture.GPU("gpu", 2, "48Gi")).RawObservation(q("yesterday"), "2", "[]").Obj(),
+		).Obj(),
+		fixture.Cluster("b").NotReady().Pools(l4().Observed(now.Add(-time.Minute), 2, fixture.NodesFree(2, "gpu", 4)).Obj()).Obj(),
+	}
+	read := make([]*ClusterReports, 0, len(clusters))
+	for _, c := range clusters {
+		read = append(read, ReadCluster(c))
+	}
+	for _, at := range []time.Time{now.Add(-2 * time.Hour), now, now.Add(3 * time.Minute), now.Add(2 * time.Hour)} {
+		wantClusters, wantReports := Clusters(clusters, at, maxAge)
+		gotClusters, gotReports := Judge(read, at, maxAge)
+		if diff := cmp.Diff(wantClusters, gotClusters); diff != "" {
+			t.Errorf("Judge(..., %s): clusters, Clusters' -want, +got:\n%s", at, diff)
+		}
+		if diff := cmp.Diff(wantReports, gotReports); diff != "" {
+			t.Errorf("Judge(..., %s): reports, Clusters' -want, +got:\n%s", at, diff)
+		}
+	}
+	// The clock decides between the two defects of the report from the
+	// future.
+	_, early := Judge(read, now, maxAge)
+	_, late := Judge(read, now.Add(2*time.Hour), maxAge)
+	if !strings.Contains(early[3].Defect, "in the future") || !strings.Contains(late[3].Defect, "negative") {
+		t.Errorf("Judge(...): pool %s judged now: %q, two hours later: %q; want the future, then the negative count", early[3].Pool, early[3].Defect, late[3].Defect)
+	}
+}
