@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -196,8 +195,14 @@ func toResource(obj any) (*fnv1.Resource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot encode a composed resource: %w", err)
 	}
-	s := &structpb.Struct{}
-	if err := protojson.Unmarshal(b, s); err != nil {
+	// Through encoding/json's any: twice as fast as protojson, whose
+	// decoder took a millisecond for eight vLLM replicas.
+	var fields map[string]any
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return nil, fmt.Errorf("cannot encode a composed resource: %w", err)
+	}
+	s, err := structpb.NewStruct(fields)
+	if err != nil {
 		return nil, fmt.Errorf("cannot encode a composed resource: %w", err)
 	}
 	return &fnv1.Resource{Resource: s}, nil
