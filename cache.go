@@ -2,9 +2,11 @@ package main
 
 import (
 	"sync"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -60,6 +62,37 @@ func newReplicaCache() *replicaCache { return newObjectCache[observedReplica]() 
 type observedReplica struct {
 	replica scheduling.Replica
 	finding *observation.ReplicaFinding
+	// What every call reads of every replica, inline, so that telling this
+	// deployment's replicas from the rest, and settled replicas from those
+	// to charge, reads nothing else of a replica read before: at 10,000
+	// replicas each pointer followed is a millisecond of cache misses.
+	namespace, deployment, cluster string
+	scheduledAt                    time.Time
+	scheduled                      bool
+}
+
+func newObservedReplica(o *v1alpha1.ModelReplica) *observedReplica {
+	r := &observedReplica{
+		namespace:  o.Metadata.Namespace,
+		deployment: o.Metadata.Labels[v1alpha1.LabelDeployment],
+		cluster:    o.Spec.ClusterName,
+	}
+	r.replica, r.finding = observation.Replica(o)
+	if r.replica.ScheduledSince != nil {
+		r.scheduledAt, r.scheduled = *r.replica.ScheduledSince, true
+	}
+	return r
+}
+
+// ours is whether the replica is one of the deployment's: in its
+// namespace, with its deployment label.
+func (r *observedReplica) ours(xr *v1alpha1.ModelDeployment) bool {
+	return r.deployment == xr.Metadata.Name && r.namespace == xr.Metadata.Namespace
+}
+
+// countedBy is scheduling.Replica.CountedBy, of the inline time.
+func (r *observedReplica) countedBy(before time.Time) bool {
+	return r.scheduled && scheduling.Replica{ScheduledSince: &r.scheduledAt}.CountedBy(before)
 }
 
 // clusterCache holds what readCluster read of each InferenceCluster, and

@@ -344,8 +344,7 @@ func (r *structReader) readReplica(s []byte, cache *replicaCache, call uint64) (
 	if r.err != nil {
 		return nil, spec, r.err
 	}
-	observed := &observedReplica{}
-	observed.replica, observed.finding = observation.Replica(out)
+	observed := newObservedReplica(out)
 	cache.put(r.cacheKey, call, observed)
 	return observed, spec, nil
 }

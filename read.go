@@ -124,6 +124,8 @@ type fleet struct {
 	// findings are what could not be observed of them.
 	replicas []scheduling.Replica
 	findings []observation.ReplicaFinding
+	// observed are the replicas as read or cached, in the same order.
+	observed []*observedReplica
 	// specs are the replicas' specs, still on the wire: readPins reads the
 	// engines of those the scheduler needs.
 	specs []object
@@ -219,7 +221,7 @@ func (fl *fleet) readReplicas(r *structReader, replicas *fnv1.Resources, xr *v1a
 		}
 		// Our own replicas are kept, so their engines are always read, now,
 		// to fail the call in the order the replicas came.
-		if err == nil && isOurReplica(rep.Object, xr) {
+		if err == nil && observed.ours(xr) {
 			rep.Object, err = r.withPins(rep.Object, spec)
 			spec = nil
 		}
@@ -232,6 +234,7 @@ func (fl *fleet) readReplicas(r *structReader, replicas *fnv1.Resources, xr *v1a
 			continue
 		}
 		fl.replicas = append(fl.replicas, rep)
+		fl.observed = append(fl.observed, observed)
 		fl.specs = append(fl.specs, spec)
 		if observed.finding != nil {
 			fl.findings = append(fl.findings, *observed.finding)
@@ -244,10 +247,6 @@ func (fl *fleet) readReplicas(r *structReader, replicas *fnv1.Resources, xr *v1a
 func (r *structReader) withPins(rep *v1alpha1.ModelReplica, spec object) (*v1alpha1.ModelReplica, error) {
 	withPins := *rep
 	return &withPins, r.readPins(spec, &withPins)
-}
-
-func isOurReplica(r *v1alpha1.ModelReplica, xr *v1alpha1.ModelDeployment) bool {
-	return r.Metadata.Namespace == xr.Metadata.Namespace && r.Metadata.Labels[v1alpha1.LabelDeployment] == xr.Metadata.Name
 }
 
 // unaccounted warns of another deployment's replica that cannot be read.
@@ -290,7 +289,7 @@ func (fl *fleet) readPins(clusters []scheduling.Cluster, replicas []scheduling.R
 			kept = append(kept, rep)
 			continue
 		}
-		if before, settled := countedBefore[rep.Object.Spec.ClusterName]; settled && rep.CountedBy(before) {
+		if before, settled := countedBefore[fl.observed[i].cluster]; settled && fl.observed[i].countedBy(before) {
 			continue
 		}
 		withPins, err := r.withPins(rep.Object, fl.specs[i])
