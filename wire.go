@@ -83,20 +83,26 @@ func (o object) fields(keys []string, out []value) {
 		return
 	}
 	for b := []byte(o); len(b) > 0; {
-		e, ok, rest, err := nextEntry(b)
-		if err != nil {
-			for i := range keys {
-				out[i] = value{kind: kindMalformed}
+		key, val, rest, ok := shortEntry(b)
+		if !ok {
+			var e entry
+			var err error
+			e, ok, rest, err = nextEntry(b)
+			if err != nil {
+				for i := range keys {
+					out[i] = value{kind: kindMalformed}
+				}
+				return
 			}
-			return
+			key, val = e.key, e.val
 		}
 		b = rest
 		if !ok {
 			continue
 		}
 		for i, k := range keys {
-			if string(e.key) == k {
-				raw[i], found[i] = e.val, true
+			if string(key) == k {
+				raw[i], found[i] = val, true
 			}
 		}
 	}
@@ -256,6 +262,9 @@ func (w *wireReader) reset() {
 
 // nextEntry reads the next field of a Struct: ok when it is an entry.
 func nextEntry(b []byte) (e entry, ok bool, rest []byte, err error) {
+	if key, val, rest, ok := shortEntry(b); ok {
+		return entry{key: key, val: val}, true, rest, nil
+	}
 	payload, rest, ok := delimited(b, tagField1)
 	if !ok {
 		num, typ, field, after, err := next(b)
@@ -269,6 +278,52 @@ func nextEntry(b []byte) (e entry, ok bool, rest []byte, err error) {
 	}
 	e, err = parseEntry(payload)
 	return e, err == nil, rest, err
+}
+
+// shortEntry reads, fast, an entry as protobuf writes nearly every one: a
+// field 1 of a one- or two-byte length, holding the key field, then the
+// value field. ok is false for anything else, left to the general path.
+func shortEntry(b []byte) (key, val, rest []byte, ok bool) {
+	if len(b) < 2 || b[0] != tagField1 {
+		return nil, nil, nil, false
+	}
+	n, p := shortLen(b, 1)
+	if n < 0 || n > len(b)-p {
+		return nil, nil, nil, false
+	}
+	end := p + n
+	if p+2 > end || b[p] != tagField1 {
+		return nil, nil, nil, false
+	}
+	keyLen, k := shortLen(b[:end], p+1)
+	if keyLen < 0 || keyLen > end-k {
+		return nil, nil, nil, false
+	}
+	q := k + keyLen
+	if q == end {
+		return b[k:q], nil, b[end:], true
+	}
+	if q+2 > end || b[q] != tagField2 {
+		return nil, nil, nil, false
+	}
+	valLen, v := shortLen(b[:end], q+1)
+	if valLen != end-v {
+		return nil, nil, nil, false
+	}
+	return b[k:q], b[v:end], b[end:], true
+}
+
+// shortLen reads a length of one or two bytes at b[i:]: -1 for any other.
+func shortLen(b []byte, i int) (n, next int) {
+	if i < len(b) {
+		if c := b[i]; c < 0x80 {
+			return int(c), i + 1
+		}
+		if i+1 < len(b) && b[i+1] < 0x80 {
+			return int(b[i]&0x7f) | int(b[i+1])<<7, i + 2
+		}
+	}
+	return -1, i
 }
 
 // parseEntry reads a Struct's map entry: its key, then its value, as

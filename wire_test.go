@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -804,8 +806,10 @@ func FuzzReadWire(f *testing.F) {
 	for _, b := range fuzzSeeds(f) {
 		f.Add(b)
 	}
-	// Any bytes may arrive: reading them may fail, never panic.
-	f.Fuzz(func(_ *testing.T, b []byte) {
+	// Any bytes may arrive: reading them may fail, never panic; and what
+	// protobuf decodes as a Struct, fields reads as protobuf does.
+	f.Fuzz(func(t *testing.T, b []byte) {
+		checkFieldsAsProtobuf(t, b)
 		var r structReader
 		_, _ = readReplicaWire(&r, b)
 		_, _ = readClusterWire(&r, b)
@@ -829,6 +833,59 @@ func FuzzReadWire(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkFieldsAsProtobuf checks that, of bytes protobuf decodes as a
+// Struct, object.fields reads every key (and one absent) as protobuf's
+// decoding holds it.
+func checkFieldsAsProtobuf(t *testing.T, b []byte) {
+	t.Helper()
+	s := &structpb.Struct{}
+	if err := proto.Unmarshal(b, s); err != nil {
+		return
+	}
+	keys := slices.Sorted(maps.Keys(s.GetFields()))
+	keys = append(keys[:min(len(keys), 7)], "\x00absent")
+	got := make([]value, len(keys))
+	object(b).fields(keys, got)
+	for i, k := range keys {
+		want := s.GetFields()[k]
+		if !sameAsProtobuf(got[i], want) {
+			t.Errorf("fields(...)[%q]: got %+v, protobuf decodes %v", k, got[i], want)
+		}
+	}
+}
+
+// sameAsProtobuf is whether v is the value protobuf decoded (nil: absent).
+func sameAsProtobuf(v value, pv *structpb.Value) bool {
+	switch v.kind {
+	case kindAbsent:
+		return pv.GetKind() == nil
+	case kindNull:
+		return isNull(pv)
+	case kindNumber:
+		n, ok := pv.GetKind().(*structpb.Value_NumberValue)
+		return ok && (n.NumberValue == v.num || math.IsNaN(n.NumberValue) && math.IsNaN(v.num))
+	case kindString:
+		str, ok := pv.GetKind().(*structpb.Value_StringValue)
+		return ok && str.StringValue == string(v.raw)
+	case kindBool:
+		bv, ok := pv.GetKind().(*structpb.Value_BoolValue)
+		return ok && bv.BoolValue == (v.num != 0)
+	case kindStruct:
+		got := &structpb.Struct{}
+		return pv.GetStructValue() != nil && proto.Unmarshal(v.raw, got) == nil && proto.Equal(got, pv.GetStructValue())
+	case kindList:
+		got := &structpb.ListValue{}
+		return pv.GetListValue() != nil && proto.Unmarshal(v.raw, got) == nil && proto.Equal(got, pv.GetListValue())
+	case kindMalformed:
+	}
+	return false
+}
+
+func isNull(pv *structpb.Value) bool {
+	_, ok := pv.GetKind().(*structpb.Value_NullValue)
+	return ok
 }
 
 func TestFuzzSeedsRead(t *testing.T) {
