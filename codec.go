@@ -127,16 +127,23 @@ func (p *copyPool) lend(req *fnv1.RunFunctionRequest, b []byte) {
 }
 
 // release takes back the buffer req was decoded from, if the codec decoded
-// it: nothing may read the request's fleet after.
+// it. The request's fleet, which aliased it, is emptied first: what reads
+// it after reads no fleet, not the next request's.
 func (p *copyPool) release(req *fnv1.RunFunctionRequest) {
 	key := weak.Make(req)
 	p.mu.Lock()
 	b, ok := p.lent[key]
 	delete(p.lent, key)
 	p.mu.Unlock()
-	if ok {
-		p.put(b)
+	if !ok {
+		return
 	}
+	for _, name := range []string{requiredClusters, requiredReplicas} {
+		if res := req.GetRequiredResources()[name]; res != nil {
+			res.ProtoReflect().SetUnknown(nil)
+		}
+	}
+	p.put(b)
 }
 
 // idleBytes is what the pool holds between calls.

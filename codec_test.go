@@ -526,6 +526,12 @@ func TestRequestCopiesRecycled(t *testing.T) {
 	if _, ok := lentTo(first); ok {
 		t.Errorf("RunFunction(...): the request's copy is still lent to it")
 	}
+	// Its fleet, which aliased the copy, is gone with it.
+	for _, key := range []string{requiredClusters, requiredReplicas} {
+		if items, err := wireItems(first.GetRequiredResources()[key]); err != nil || len(items) > 0 {
+			t.Errorf("RunFunction(...): the request still has %d %s items (error %v), read from a copy it gave back", len(items), key, err)
+		}
+	}
 	if got, want := requestCopies.idleBytes(), cap(firstCopy); got != want {
 		t.Errorf("idleBytes() after RunFunction: got %d, want the request's copy, %d", got, want)
 	}

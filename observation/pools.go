@@ -61,7 +61,8 @@ type PoolReport struct {
 	ExpiresAt time.Time
 
 	// DeviceDefects name the pool's device attributes and capacities that
-	// DRA's CEL cannot read, whatever the report's state.
+	// DRA's CEL cannot read, whatever the report's state. Shared by every
+	// judgement of the same ClusterReports: read it, never change it.
 	DeviceDefects []string
 }
 

@@ -57,7 +57,9 @@ type Cluster struct {
 	Object *v1alpha1.InferenceCluster
 
 	// Observed holds, by pool name, the pools whose agent report is usable.
-	// A pool not in it is accounted by whole nodes.
+	// A pool not in it is accounted by whole nodes. The observations may be
+	// shared with other passes, concurrent ones included, and are only
+	// read.
 	Observed map[string]*PoolObservation
 }
 
