@@ -63,9 +63,9 @@ func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 // requestCopies are the buffers the codec copies requests into, recycled:
-// at 10,000 replicas a request is 37 MiB, which a new buffer on every
-// call costs more to allocate (the runtime zeroes it) than to fill, and
-// makes the garbage collector run about once a call. A buffer is lent to
+// at 10,000 replicas a request is 37 MiB, and a new buffer on every call
+// cost 1.5 ms to allocate and zero on top of the 2.5 ms copy, and made the
+// garbage collector run about once a call. A buffer is lent to
 // the request decoded from it, and back when RunFunction is done with the
 // request: nothing RunFunction returns or caches aliases it.
 var requestCopies = &copyPool{lent: map[weak.Pointer[fnv1.RunFunctionRequest]][]byte{}} //nolint:gochecknoglobals // The codec is registered process-wide.
