@@ -82,10 +82,14 @@ type copyPool struct {
 }
 
 // get returns a buffer of n bytes: the smallest idle one that holds them,
-// else a new one with room for a fleet that grows a little.
+// else a new one with room for a fleet that grows a little. Every request
+// carries the whole fleet, so requests are about the same size until the
+// fleet changes: an idle buffer over twice n is of a fleet since shrunk,
+// and is dropped, its memory given back.
 func (p *copyPool) get(n int) []byte {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.idle = slices.DeleteFunc(p.idle, func(b []byte) bool { return cap(b)/2 > n })
 	best := -1
 	for i, b := range p.idle {
 		if cap(b) >= n && (best < 0 || cap(b) < cap(p.idle[best])) {
@@ -100,19 +104,14 @@ func (p *copyPool) get(n int) []byte {
 	return b[:n]
 }
 
-// put makes a buffer idle, keeping the biggest maxIdleCopies.
+// put makes a buffer idle, keeping the maxIdleCopies given back last: a
+// buffer of a fleet since grown ages out.
 func (p *copyPool) put(b []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.idle = append(p.idle, b)
 	if len(p.idle) > maxIdleCopies {
-		smallest := 0
-		for i, idle := range p.idle {
-			if cap(idle) < cap(p.idle[smallest]) {
-				smallest = i
-			}
-		}
-		p.idle = slices.Delete(p.idle, smallest, smallest+1)
+		p.idle = slices.Delete(p.idle, 0, len(p.idle)-maxIdleCopies)
 	}
 }
 

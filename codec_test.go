@@ -625,8 +625,8 @@ func TestCopyPool(t *testing.T) {
 		get    int
 		want   want
 	}{
-		"KeepsTheBiggest": {
-			reason: "Of more idle buffers than it keeps, the pool keeps the biggest.",
+		"KeepsTheLatest": {
+			reason: "Of more idle buffers than it keeps, the pool keeps those given back last.",
 			idle:   []int{10, 30, 20},
 			want:   want{caps: []int{20, 30}},
 		},
@@ -641,6 +641,12 @@ func TestCopyPool(t *testing.T) {
 			idle:   []int{30, 20},
 			get:    40,
 			want:   want{caps: []int{20, 30}},
+		},
+		"OversizedDropped": {
+			reason: "An idle buffer over twice the size asked for is of a fleet since shrunk: dropped, not kept or used.",
+			idle:   []int{100, 20},
+			get:    15,
+			want:   want{},
 		},
 	}
 	for name, tc := range cases {
