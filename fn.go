@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -159,8 +160,9 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 // placement that is Ready on a cluster with a gateway, and the XR's status.
 func writeComposed(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, plan *scheduling.Plan, observed map[string]*fnv1.Resource) error {
 	ready := 0
+	templates := map[string]*structpb.Value{}
 	for _, p := range plan.Replicas {
-		r, err := toResource(compose.Replica(xr, p))
+		r, err := replicaResource(compose.Replica(xr, p), templates)
 		if err != nil {
 			return err
 		}
@@ -189,6 +191,51 @@ func writeComposed(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, 
 		rsp.Desired.Composite.Ready = fnv1.Ready_READY_FALSE
 	}
 	return nil
+}
+
+// replicaResource is toResource for a ModelReplica. Every replica of a
+// deployment carries the same pod templates, a vLLM engine's a few KB of
+// JSON each: each distinct template is converted once per call, and the
+// replicas' resources share it.
+func replicaResource(r *v1alpha1.ModelReplica, templates map[string]*structpb.Value) (*fnv1.Resource, error) {
+	type template struct {
+		engine, member int
+		raw            json.RawMessage
+	}
+	var found []template
+	withoutTemplates := *r
+	withoutTemplates.Spec.Engines = slices.Clone(r.Spec.Engines)
+	for ei := range withoutTemplates.Spec.Engines {
+		e := &withoutTemplates.Spec.Engines[ei]
+		e.Members = slices.Clone(e.Members)
+		for mi := range e.Members {
+			if raw := e.Members[mi].Template; len(raw) > 0 {
+				found = append(found, template{engine: ei, member: mi, raw: raw})
+				e.Members[mi].Template = nil
+			}
+		}
+	}
+	res, err := toResource(&withoutTemplates)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range found {
+		v, ok := templates[string(t.raw)]
+		if !ok {
+			var decoded any
+			if err := json.Unmarshal(t.raw, &decoded); err != nil {
+				return nil, fmt.Errorf("cannot encode a composed resource: %w", err)
+			}
+			if v, err = structpb.NewValue(decoded); err != nil {
+				return nil, fmt.Errorf("cannot encode a composed resource: %w", err)
+			}
+			templates[string(t.raw)] = v
+		}
+		engines := res.GetResource().GetFields()["spec"].GetStructValue().GetFields()["engines"].GetListValue().GetValues()
+		members := engines[t.engine].GetStructValue().GetFields()["members"].GetListValue().GetValues()
+		members[t.member].GetStructValue().Fields["template"] = v
+	}
+	return res, nil
 }
 
 func toResource(obj any) (*fnv1.Resource, error) {
