@@ -163,6 +163,8 @@ func (p *copyPool) drain() {
 	p.idle = nil
 }
 
+// forget drops the record of a buffer lent to a request that is gone
+// without being released; the buffer goes with it.
 func (p *copyPool) forget(key weak.Pointer[fnv1.RunFunctionRequest]) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
