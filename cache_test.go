@@ -154,7 +154,7 @@ func TestReplicaCacheKeepsFindings(t *testing.T) {
 // pool.
 func TestReplicaCacheChargesTheNewVersion(t *testing.T) {
 	f := cachingFunction()
-	placed := placedReplicas
+	placed := composedReplicas
 	if got := placed(serve(t, f, cacheFleet(t, now.Add(-2*time.Minute), "1"))); got != 1 {
 		t.Fatalf("first call placed %d replicas, want 1 on the free node", got)
 	}
@@ -182,7 +182,7 @@ func TestClusterCache(t *testing.T) {
 		if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
 			t.Errorf("call %d: -uncached, +cached:\n%s", i, diff)
 		}
-		if n := placedReplicas(got); n != c.placed {
+		if n := composedReplicas(got); n != c.placed {
 			t.Errorf("call %d: placed %d replicas, want %d", i, n, c.placed)
 		}
 	}
@@ -216,16 +216,6 @@ func TestClusterCacheJudgedOnEveryCall(t *testing.T) {
 	if !stale {
 		t.Errorf("ten minutes on: no condition says the observation is stale")
 	}
-}
-
-func placedReplicas(rsp *fnv1.RunFunctionResponse) int {
-	n := 0
-	for k := range rsp.GetDesired().GetResources() {
-		if strings.HasPrefix(k, "replica-") {
-			n++
-		}
-	}
-	return n
 }
 
 func TestReplicaCacheSweep(t *testing.T) {
@@ -276,7 +266,7 @@ func TestReplicaCacheConcurrentCalls(t *testing.T) {
 // taken.
 func TestReplicaScheduledWhenObservedIsCharged(t *testing.T) {
 	req := cacheFleet(t, now.Add(-time.Minute), "1") // the pool was observed a minute ago
-	if got := placedReplicas(run(t, req)); got != 0 {
+	if got := composedReplicas(run(t, req)); got != 0 {
 		t.Errorf("placed %d replicas, want 0: the replica scheduled when the pool was observed holds its free node", got)
 	}
 }
