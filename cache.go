@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/wire"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -148,17 +149,17 @@ func (c *objectCache[T]) put(key []byte, call uint64, o *T) {
 // a cluster-scoped object), name, uid and resourceVersion, each
 // length-prefixed. It returns nil when the object has no uid or no
 // resourceVersion to tell its versions apart.
-func appendObjectKey(b []byte, namespace, name, uid, resourceVersion value) []byte {
-	if namespace.kind != kindString && !namespace.absent() {
+func appendObjectKey(b []byte, namespace, name, uid, resourceVersion wire.Value) []byte {
+	if namespace.Kind != wire.KindString && !namespace.Absent() {
 		return nil
 	}
-	for _, v := range []value{name, uid, resourceVersion} {
-		if v.kind != kindString || len(v.raw) == 0 {
+	for _, v := range []wire.Value{name, uid, resourceVersion} {
+		if v.Kind != wire.KindString || len(v.Raw) == 0 {
 			return nil
 		}
 	}
-	for _, v := range []value{namespace, name, uid, resourceVersion} {
-		b = protowire.AppendBytes(b, v.raw)
+	for _, v := range []wire.Value{namespace, name, uid, resourceVersion} {
+		b = protowire.AppendBytes(b, v.Raw)
 	}
 	return b
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/wire"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
@@ -231,8 +232,8 @@ func TestReplicaCacheSweep(t *testing.T) {
 		t.Errorf("cached replicas after %d calls with a new version each: %d, want at most %d", replicaCacheSweepEvery*2, got, 2*replicaCacheSweepEvery)
 	}
 	if _, ok := f.caches.replicas.entries[string(appendObjectKey(nil,
-		value{kind: kindString, raw: []byte(fx.Namespace)}, value{kind: kindString, raw: []byte("other-a-0")},
-		value{kind: kindString, raw: []byte("uid-other")}, value{kind: kindString, raw: []byte("1")}))]; ok {
+		wire.Value{Kind: wire.KindString, Raw: []byte(fx.Namespace)}, wire.Value{Kind: wire.KindString, Raw: []byte("other-a-0")},
+		wire.Value{Kind: wire.KindString, Raw: []byte("uid-other")}, wire.Value{Kind: wire.KindString, Raw: []byte("1")}))]; ok {
 		t.Error("the first version, unread for many calls, is still cached")
 	}
 }

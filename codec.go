@@ -14,6 +14,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/modelplaneai/fleet-scheduler/internal/wire"
 )
 
 // A RunFunctionRequest carrying a fleet is mostly its ModelReplicas: 37 MiB
@@ -178,7 +180,7 @@ func unmarshalRequest(b []byte, req *fnv1.RunFunctionRequest) error {
 	var kept []byte
 	fleet := map[string][]byte{}
 	for rest := b; len(rest) > 0; {
-		num, typ, field, after, err := next(rest)
+		num, typ, field, after, err := wire.Next(rest)
 		if err != nil {
 			return fmt.Errorf("cannot decode RunFunctionRequest: %w", err)
 		}
@@ -214,9 +216,9 @@ func unmarshalRequest(b []byte, req *fnv1.RunFunctionRequest) error {
 // mapEntry reads a map entry of a string key and a message value.
 func mapEntry(b []byte) (string, []byte, error) {
 	var key string
-	var value pieces
+	var value wire.Pieces
 	for len(b) > 0 {
-		num, typ, field, rest, err := next(b)
+		num, typ, field, rest, err := wire.Next(b)
 		if err != nil {
 			return "", nil, err
 		}
@@ -224,9 +226,25 @@ func mapEntry(b []byte) (string, []byte, error) {
 		case num == mapKeyField && typ == protowire.BytesType:
 			key = string(field)
 		case num == mapValueField && typ == protowire.BytesType:
-			value.add(field)
+			value.Add(field)
 		}
 		b = rest
 	}
-	return key, value.b, nil
+	return key, value.Bytes, nil
+}
+
+// resourceStruct is the Struct of a fnv1.Resource message: its field 1.
+func resourceStruct(b []byte) ([]byte, error) {
+	var s wire.Pieces
+	for len(b) > 0 {
+		num, typ, payload, rest, err := wire.Next(b)
+		if err != nil {
+			return nil, fmt.Errorf("cannot read resource: %w", err)
+		}
+		if num == 1 && typ == protowire.BytesType {
+			s.Add(payload)
+		}
+		b = rest
+	}
+	return s.Bytes, nil
 }

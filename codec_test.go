@@ -23,6 +23,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/wire/wiretest"
 )
 
 // itemsOf is a Resources of the Structs as its items' resources.
@@ -135,9 +136,9 @@ func withoutFleetWire(req *fnv1.RunFunctionRequest) *fnv1.RunFunctionRequest {
 
 func TestUnmarshalRequest(t *testing.T) {
 	f := newCodecFixture(t)
-	full := marshalled(t, f.req)
+	full := wiretest.Marshalled(t, f.req)
 	only := func(res map[string]*fnv1.Resources) []byte {
-		return marshalled(t, &fnv1.RunFunctionRequest{RequiredResources: res})
+		return wiretest.Marshalled(t, &fnv1.RunFunctionRequest{RequiredResources: res})
 	}
 	type want struct {
 		// req is the request decoded, its fleet's items aside.
@@ -163,7 +164,7 @@ func TestUnmarshalRequest(t *testing.T) {
 		},
 		"ReplicasEntryWithoutValue": {
 			reason: "A map entry of a key and no value is a resolved resource of no items.",
-			wire:   cat(only(map[string]*fnv1.Resources{requiredClusters: itemsOf(f.clusters[0])}), bytesField(requiredResourcesField, bytesField(mapKeyField, []byte(requiredReplicas)))),
+			wire:   wiretest.Cat(only(map[string]*fnv1.Resources{requiredClusters: itemsOf(f.clusters[0])}), wiretest.BytesField(requiredResourcesField, wiretest.BytesField(mapKeyField, []byte(requiredReplicas)))),
 			want: want{
 				req:   &fnv1.RunFunctionRequest{RequiredResources: map[string]*fnv1.Resources{requiredClusters: {}, requiredReplicas: {}}},
 				items: map[string][]*structpb.Struct{requiredClusters: {f.clusters[0]}, requiredReplicas: nil},
@@ -179,7 +180,7 @@ func TestUnmarshalRequest(t *testing.T) {
 		},
 		"DuplicateKeysLastWins": {
 			reason: "Of two entries of a key, the last wins, as in any map, whether its items stay on the wire or not.",
-			wire: cat(full, only(map[string]*fnv1.Resources{
+			wire: wiretest.Cat(full, only(map[string]*fnv1.Resources{
 				requiredClusters: itemsOf(f.clusters[1]),
 				requiredReplicas: {},
 				requiredCache:    itemsOf(f.clusters[0]),
@@ -195,7 +196,7 @@ func TestUnmarshalRequest(t *testing.T) {
 		},
 		"EntryValueBeforeKey": {
 			reason: "A map entry's value may come before its key.",
-			wire:   bytesField(requiredResourcesField, cat(bytesField(mapValueField, marshalled(t, itemsOf(f.clusters...))), bytesField(mapKeyField, []byte(requiredClusters)))),
+			wire:   wiretest.BytesField(requiredResourcesField, wiretest.Cat(wiretest.BytesField(mapValueField, wiretest.Marshalled(t, itemsOf(f.clusters...))), wiretest.BytesField(mapKeyField, []byte(requiredClusters)))),
 			want: want{
 				req:   &fnv1.RunFunctionRequest{RequiredResources: map[string]*fnv1.Resources{requiredClusters: {}}},
 				items: map[string][]*structpb.Struct{requiredClusters: f.clusters},
@@ -215,7 +216,7 @@ func TestUnmarshalRequest(t *testing.T) {
 		},
 		"FleetItemsMalformed": {
 			reason: "The fleet's items are only read when wireItems reads them: bytes that are not a Resources fail there.",
-			wire:   bytesField(requiredResourcesField, cat(bytesField(mapKeyField, []byte(requiredClusters)), bytesField(mapValueField, []byte{0x0a, 0x09, 'x'}))),
+			wire:   wiretest.BytesField(requiredResourcesField, wiretest.Cat(wiretest.BytesField(mapKeyField, []byte(requiredClusters)), wiretest.BytesField(mapValueField, []byte{0x0a, 0x09, 'x'}))),
 			want: want{
 				req:      &fnv1.RunFunctionRequest{RequiredResources: map[string]*fnv1.Resources{requiredClusters: {}}},
 				itemsErr: requiredClusters,
@@ -233,12 +234,12 @@ func TestUnmarshalRequest(t *testing.T) {
 		},
 		"FleetEntryMalformed": {
 			reason: "A fleet map entry whose fields are not protobuf is an error.",
-			wire:   bytesField(requiredResourcesField, []byte{0x0a, 0x05, 'c'}),
+			wire:   wiretest.BytesField(requiredResourcesField, []byte{0x0a, 0x05, 'c'}),
 			want:   want{err: true},
 		},
 		"OtherFieldMalformed": {
 			reason: "A field protobuf decodes that is not protobuf is an error.",
-			wire:   cat(only(map[string]*fnv1.Resources{requiredClusters: itemsOf(f.clusters...)}), bytesField(1, []byte{0xff})),
+			wire:   wiretest.Cat(only(map[string]*fnv1.Resources{requiredClusters: itemsOf(f.clusters...)}), wiretest.BytesField(1, []byte{0xff})),
 			want:   want{err: true},
 		},
 	}
@@ -295,10 +296,10 @@ func TestUnmarshalRequestMergesLikeProtobuf(t *testing.T) {
 	// affected.
 
 	f := newCodecFixture(t)
-	wire := bytesField(requiredResourcesField, cat(
-		bytesField(mapKeyField, []byte(requiredClusters)),
-		bytesField(mapValueField, marshalled(t, itemsOf(f.clusters[0]))),
-		bytesField(mapValueField, marshalled(t, itemsOf(f.clusters[1]))),
+	wire := wiretest.BytesField(requiredResourcesField, wiretest.Cat(
+		wiretest.BytesField(mapKeyField, []byte(requiredClusters)),
+		wiretest.BytesField(mapValueField, wiretest.Marshalled(t, itemsOf(f.clusters[0]))),
+		wiretest.BytesField(mapValueField, wiretest.Marshalled(t, itemsOf(f.clusters[1]))),
 	))
 	pb := &fnv1.RunFunctionRequest{}
 	if err := proto.Unmarshal(wire, pb); err != nil {
@@ -333,7 +334,7 @@ func TestRequestCodecName(t *testing.T) {
 
 func TestRequestCodecUnmarshalRequest(t *testing.T) {
 	f := newCodecFixture(t)
-	b := marshalled(t, f.req)
+	b := wiretest.Marshalled(t, f.req)
 	want := &fnv1.RunFunctionRequest{}
 	if err := unmarshalRequest(bytes.Clone(b), want); err != nil {
 		t.Fatalf("unmarshalRequest(...): %v", err)
@@ -442,7 +443,7 @@ func TestRequestCodecCopiesInput(t *testing.T) {
 	// gRPC reuses a message's buffers once Unmarshal returns, and the
 	// fleet's items alias what the codec decoded: it must decode a copy.
 	f := newCodecFixture(t)
-	b := marshalled(t, f.req)
+	b := wiretest.Marshalled(t, f.req)
 	got := &fnv1.RunFunctionRequest{}
 	c := requestCodec{CodecV2: defaultCodec(t)}
 	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, got); err != nil {
@@ -463,7 +464,7 @@ func TestRequestCodecCopiesInput(t *testing.T) {
 
 	// unmarshalRequest itself does alias its input, which is what makes
 	// the copy necessary, and this test able to tell.
-	b = marshalled(t, f.req)
+	b = wiretest.Marshalled(t, f.req)
 	direct := &fnv1.RunFunctionRequest{}
 	if err := unmarshalRequest(b, direct); err != nil {
 		t.Fatalf("unmarshalRequest(...): %v", err)
@@ -513,7 +514,7 @@ func TestRequestCopiesRecycled(t *testing.T) {
 	requestCopies.drain()
 
 	first := &fnv1.RunFunctionRequest{}
-	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(marshalled(t, big))}, first); err != nil {
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wiretest.Marshalled(t, big))}, first); err != nil {
 		t.Fatalf("Unmarshal(...): %v", err)
 	}
 	firstCopy, ok := lentTo(first)
@@ -537,7 +538,7 @@ func TestRequestCopiesRecycled(t *testing.T) {
 	}
 
 	second := &fnv1.RunFunctionRequest{}
-	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(marshalled(t, small))}, second); err != nil {
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wiretest.Marshalled(t, small))}, second); err != nil {
 		t.Fatalf("Unmarshal(...): %v", err)
 	}
 	secondCopy, _ := lentTo(second)
@@ -546,7 +547,7 @@ func TestRequestCopiesRecycled(t *testing.T) {
 	}
 	// Decoded into what the first request left, it reads as new.
 	fresh := &fnv1.RunFunctionRequest{}
-	if err := unmarshalRequest(marshalled(t, small), fresh); err != nil {
+	if err := unmarshalRequest(wiretest.Marshalled(t, small), fresh); err != nil {
 		t.Fatalf("unmarshalRequest(...): %v", err)
 	}
 	if diff := cmp.Diff(fresh, second, protocmp.Transform()); diff != "" {
@@ -587,7 +588,7 @@ func TestRequestCopiesNeverRun(t *testing.T) {
 	// A request decoded but never handed to RunFunction (an interceptor
 	// refused the call) lets its copy go with it.
 	c := requestCodec{CodecV2: defaultCodec(t)}
-	b := marshalled(t, newCodecFixture(t).req)
+	b := wiretest.Marshalled(t, newCodecFixture(t).req)
 	key := func() weak.Pointer[fnv1.RunFunctionRequest] {
 		req := &fnv1.RunFunctionRequest{}
 		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, req); err != nil {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/wire"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 )
 
@@ -26,7 +27,7 @@ import (
 // reader tracks as a stack of steps and spells out only then: most reads
 // never fail, and a request can hold millions of fields.
 type structReader struct {
-	wireReader
+	wire.Reader
 
 	err  error
 	path []step
@@ -90,9 +91,9 @@ func (r *structReader) where(leaf string) string {
 	return b.String()
 }
 
-func (r *structReader) fail(leaf, want string, v value) {
+func (r *structReader) fail(leaf, want string, v wire.Value) {
 	if r.err == nil {
-		r.err = fmt.Errorf("%s: cannot use %s as %s", r.where(leaf), v.describe(), want)
+		r.err = fmt.Errorf("%s: cannot use %s as %s", r.where(leaf), v.Describe(), want)
 	}
 }
 
@@ -103,41 +104,41 @@ func (r *structReader) malformed(leaf string, err error) {
 	}
 }
 
-func (r *structReader) object(v value, key string) object {
-	if v.absent() {
+func (r *structReader) object(v wire.Value, key string) wire.Object {
+	if v.Absent() {
 		return nil
 	}
-	if v.kind != kindStruct {
+	if v.Kind != wire.KindStruct {
 		r.fail(key, "an object", v)
 		return nil
 	}
-	return object(v.raw)
+	return wire.Object(v.Raw)
 }
 
-func (r *structReader) list(v value, key string) []value {
-	if v.absent() {
+func (r *structReader) list(v wire.Value, key string) []wire.Value {
+	if v.Absent() {
 		return nil
 	}
-	if v.kind != kindList {
+	if v.Kind != wire.KindList {
 		r.fail(key, "a list", v)
 		return nil
 	}
-	l, err := r.parseList(v.raw)
+	l, err := r.ParseList(v.Raw)
 	if err != nil {
 		r.malformed(key, err)
 	}
 	return l
 }
 
-func (r *structReader) str(v value, key string) string {
-	if v.absent() {
+func (r *structReader) str(v wire.Value, key string) string {
+	if v.Absent() {
 		return ""
 	}
-	if v.kind != kindString {
+	if v.Kind != wire.KindString {
 		r.fail(key, "a string", v)
 		return ""
 	}
-	return r.intern(v.raw)
+	return r.intern(v.Raw)
 }
 
 func (r *structReader) intern(b []byte) string {
@@ -170,67 +171,67 @@ func (r *structReader) internAny(b []byte) any {
 }
 
 // unique reads a string no other object shares, such as a name.
-func (r *structReader) unique(v value, key string) string {
-	if v.kind != kindString {
+func (r *structReader) unique(v wire.Value, key string) string {
+	if v.Kind != wire.KindString {
 		return r.str(v, key)
 	}
-	return string(v.raw)
+	return string(v.Raw)
 }
 
-func (r *structReader) integer(v value, key string) *int64 {
-	if v.absent() {
+func (r *structReader) integer(v wire.Value, key string) *int64 {
+	if v.Absent() {
 		return nil
 	}
-	if v.kind != kindNumber || v.num != math.Trunc(v.num) {
+	if v.Kind != wire.KindNumber || v.Num != math.Trunc(v.Num) {
 		r.fail(key, "a whole number", v)
 		return nil
 	}
 	// A huge count is held, not refused: the scheduler bounds every count.
-	i := int64(max(min(v.num, 1<<62), -(1 << 62)))
+	i := int64(max(min(v.Num, 1<<62), -(1 << 62)))
 	return &i
 }
 
-func (r *structReader) boolean(v value, key string) *bool {
-	if v.absent() {
+func (r *structReader) boolean(v wire.Value, key string) *bool {
+	if v.Absent() {
 		return nil
 	}
-	if v.kind != kindBool {
+	if v.Kind != wire.KindBool {
 		r.fail(key, "a boolean", v)
 		return nil
 	}
-	b := v.num != 0
+	b := v.Num != 0
 	return &b
 }
 
 // decoded is a field kept as decoded JSON for the observation package: as
 // encoding/json decodes into an any, nil, bool, float64, string, []any or
 // map[string]any.
-func (r *structReader) decoded(v value, key string) any {
+func (r *structReader) decoded(v wire.Value, key string) any {
 	if len(r.path) > maxDepth {
 		r.malformed(key, errTooDeep)
 		return nil
 	}
-	switch v.kind {
-	case kindNumber:
-		return boxNumber(v.num)
-	case kindString:
-		return r.internAny(v.raw)
-	case kindBool:
-		return v.num != 0
-	case kindStruct:
-		entries, err := r.entriesOf(r.object(v, key))
+	switch v.Kind {
+	case wire.KindNumber:
+		return boxNumber(v.Num)
+	case wire.KindString:
+		return r.internAny(v.Raw)
+	case wire.KindBool:
+		return v.Num != 0
+	case wire.KindStruct:
+		entries, err := r.EntriesOf(r.object(v, key))
 		if err != nil {
 			r.malformed(key, err)
 		}
 		out := make(map[string]any, len(entries))
 		r.enter(key, notAnElement)
 		for _, e := range entries {
-			k := r.intern(e.key)
-			out[k] = r.decoded(parseValue(e.val), k)
+			k := r.intern(e.Key)
+			out[k] = r.decoded(wire.ParseValue(e.Val), k)
 		}
 		r.leave()
 		return out
-	case kindList:
+	case wire.KindList:
 		l := r.list(v, key)
 		out := make([]any, len(l))
 		for i, e := range l {
@@ -239,14 +240,14 @@ func (r *structReader) decoded(v value, key string) any {
 			r.leave()
 		}
 		return out
-	case kindMalformed:
-		r.malformed(key, errTruncated)
-	case kindAbsent, kindNull:
+	case wire.KindMalformed:
+		r.malformed(key, wire.ErrTruncated)
+	case wire.KindAbsent, wire.KindNull:
 	}
 	return nil
 }
 
-func (r *structReader) stringMap(v value, key string) map[string]string {
+func (r *structReader) stringMap(v wire.Value, key string) map[string]string {
 	fields := r.object(v, key)
 	if fields == nil {
 		return nil
@@ -256,8 +257,8 @@ func (r *structReader) stringMap(v value, key string) map[string]string {
 	entries := r.sortedEntries(fields, "")
 	out := make(map[string]string, len(entries))
 	for _, e := range entries {
-		k := r.intern(e.key)
-		out[k] = r.str(parseValue(e.val), k)
+		k := r.intern(e.Key)
+		out[k] = r.str(wire.ParseValue(e.Val), k)
 	}
 	return out
 }
@@ -265,15 +266,15 @@ func (r *structReader) stringMap(v value, key string) map[string]string {
 // start readies the reader for a new object, dropping what it parsed of
 // the last one.
 func (r *structReader) start() {
-	r.reset()
+	r.Reset()
 	r.err = nil
 	r.path = r.path[:0]
 }
 
 // sortedEntries are an object's entries in key order, the last of a key
 // winning: of several bad values, the one named is always the same.
-func (r *structReader) sortedEntries(o object, key string) []entry {
-	entries, err := r.entriesOf(o)
+func (r *structReader) sortedEntries(o wire.Object, key string) []wire.Entry {
+	entries, err := r.EntriesOf(o)
 	if err != nil {
 		r.malformed(key, err)
 	}
@@ -282,11 +283,11 @@ func (r *structReader) sortedEntries(o object, key string) []entry {
 
 // lastOfEachKey sorts entries by key, in place, keeping of each key the
 // last, as protobuf decodes a map.
-func lastOfEachKey(entries []entry) []entry {
-	slices.SortStableFunc(entries, func(a, b entry) int { return bytes.Compare(a.key, b.key) })
+func lastOfEachKey(entries []wire.Entry) []wire.Entry {
+	slices.SortStableFunc(entries, func(a, b wire.Entry) int { return bytes.Compare(a.Key, b.Key) })
 	out := entries[:0]
 	for i, e := range entries {
-		if i+1 < len(entries) && bytes.Equal(entries[i+1].key, e.key) {
+		if i+1 < len(entries) && bytes.Equal(entries[i+1].Key, e.Key) {
 			continue
 		}
 		out = append(out, e)
@@ -299,13 +300,13 @@ func lastOfEachKey(entries []entry) []entry {
 // the cache when it holds this version of the replica. Its spec is
 // returned still on the wire for readPins: the scheduler needs the engines
 // (pins and stamped requests) only of the replicas it may charge or keep.
-func (r *structReader) readReplica(s []byte, cache *replicaCache, call uint64) (*observedReplica, object, error) {
+func (r *structReader) readReplica(s []byte, cache *replicaCache, call uint64) (*observedReplica, wire.Object, error) {
 	r.start()
 	// Each object is read in one walk of its entries.
-	var top [3]value
-	object(s).fields([]string{"metadata", "spec", "status"}, top[:])
-	var meta [5]value
-	r.object(top[0], "metadata").fields([]string{keyName, "namespace", "labels", "uid", "resourceVersion"}, meta[:])
+	var top [3]wire.Value
+	wire.Object(s).Fields([]string{"metadata", "spec", "status"}, top[:])
+	var meta [5]wire.Value
+	r.object(top[0], "metadata").Fields([]string{keyName, "namespace", "labels", "uid", "resourceVersion"}, meta[:])
 	r.cacheKey = appendObjectKey(r.cacheKey[:0], meta[1], meta[0], meta[3], meta[4])
 	if cached, ok := cache.get(r.cacheKey, call); ok {
 		return cached, r.object(top[1], "spec"), r.err
@@ -319,11 +320,11 @@ func (r *structReader) readReplica(s []byte, cache *replicaCache, call uint64) (
 	if labels := r.object(meta[2], "labels"); labels != nil {
 		r.enter("labels", notAnElement)
 		labelKeys := [...]string{v1alpha1.LabelDeployment, v1alpha1.LabelReplicaIndex}
-		var vals [len(labelKeys)]value
-		labels.fields(labelKeys[:], vals[:])
+		var vals [len(labelKeys)]wire.Value
+		labels.Fields(labelKeys[:], vals[:])
 		out.Metadata.Labels = make(map[string]string, len(labelKeys))
 		for i, k := range labelKeys {
-			if vals[i].kind != kindAbsent {
+			if vals[i].Kind != wire.KindAbsent {
 				out.Metadata.Labels[k] = r.str(vals[i], k)
 			}
 		}
@@ -333,10 +334,10 @@ func (r *structReader) readReplica(s []byte, cache *replicaCache, call uint64) (
 
 	spec := r.object(top[1], "spec")
 	r.enter("spec", notAnElement)
-	out.Spec.ClusterName = r.str(spec.get("clusterName"), "clusterName")
+	out.Spec.ClusterName = r.str(spec.Get("clusterName"), "clusterName")
 	r.leave()
 
-	if conds := r.object(top[2], "status").get("conditions"); !conds.absent() {
+	if conds := r.object(top[2], "status").Get("conditions"); !conds.Absent() {
 		r.enter("status", notAnElement)
 		out.Status = &v1alpha1.ModelReplicaStatus{Conditions: r.podsScheduledConditions(conds)}
 		r.leave()
@@ -350,14 +351,14 @@ func (r *structReader) readReplica(s []byte, cache *replicaCache, call uint64) (
 }
 
 // readPins reads a replica's spec.engines, of the spec readReplica returned.
-func (r *structReader) readPins(spec object, into *v1alpha1.ModelReplica) error {
+func (r *structReader) readPins(spec wire.Object, into *v1alpha1.ModelReplica) error {
 	r.start()
 	r.enter("spec", notAnElement)
-	for ei, ev := range r.list(spec.get("engines"), "engines") {
+	for ei, ev := range r.list(spec.Get("engines"), "engines") {
 		r.enter("engines", ei)
 		ef := r.object(ev, "")
-		e := v1alpha1.ReplicaEngine{Name: r.str(ef.get(keyName), keyName), Copies: r.integer(ef.get("copies"), "copies")}
-		for mi, mv := range r.list(ef.get("members"), "members") {
+		e := v1alpha1.ReplicaEngine{Name: r.str(ef.Get(keyName), keyName), Copies: r.integer(ef.Get("copies"), "copies")}
+		for mi, mv := range r.list(ef.Get("members"), "members") {
 			r.enter("members", mi)
 			e.Members = append(e.Members, r.member(mv))
 			r.leave()
@@ -371,26 +372,26 @@ func (r *structReader) readPins(spec object, into *v1alpha1.ModelReplica) error 
 
 // member reads a replica member's pin, gang size and stamped requests; its
 // pod template, the bulk of a replica, is never read.
-func (r *structReader) member(v value) v1alpha1.ReplicaMember {
+func (r *structReader) member(v wire.Value) v1alpha1.ReplicaMember {
 	f := r.object(v, "")
-	m := v1alpha1.ReplicaMember{Role: r.str(f.get("role"), "role"), NodePoolName: r.str(f.get("nodePoolName"), "nodePoolName")}
-	if w := r.object(f.get("worker"), "worker"); w != nil {
+	m := v1alpha1.ReplicaMember{Role: r.str(f.Get("role"), "role"), NodePoolName: r.str(f.Get("nodePoolName"), "nodePoolName")}
+	if w := r.object(f.Get("worker"), "worker"); w != nil {
 		r.enter("worker", notAnElement)
-		if n := r.integer(w.get("nodes"), "nodes"); n != nil {
+		if n := r.integer(w.Get("nodes"), "nodes"); n != nil {
 			m.Worker = &v1alpha1.Worker{Nodes: *n}
 		}
 		r.leave()
 	}
-	for di, dv := range r.list(f.get("deviceRequests"), "deviceRequests") {
+	for di, dv := range r.list(f.Get("deviceRequests"), "deviceRequests") {
 		r.enter("deviceRequests", di)
 		df := r.object(dv, "")
-		d := v1alpha1.DeviceRequest{Name: r.str(df.get(keyName), keyName), DeviceClassName: r.str(df.get("deviceClassName"), "deviceClassName"), Count: 1}
-		if c := r.integer(df.get("count"), "count"); c != nil {
+		d := v1alpha1.DeviceRequest{Name: r.str(df.Get(keyName), keyName), DeviceClassName: r.str(df.Get("deviceClassName"), "deviceClassName"), Count: 1}
+		if c := r.integer(df.Get("count"), "count"); c != nil {
 			d.Count = *c
 		}
-		for si, sv := range r.list(df.get("selectors"), "selectors") {
+		for si, sv := range r.list(df.Get("selectors"), "selectors") {
 			r.enter("selectors", si)
-			d.Selectors = append(d.Selectors, v1alpha1.Selector{CEL: r.str(r.object(sv, "").get("cel"), "cel")})
+			d.Selectors = append(d.Selectors, v1alpha1.Selector{CEL: r.str(r.object(sv, "").Get("cel"), "cel")})
 			r.leave()
 		}
 		m.DeviceRequests = append(m.DeviceRequests, d)
@@ -431,33 +432,33 @@ func boxNumber(f float64) any {
 // index, its type, status and lastTransitionTime; all of it when it is not a
 // list. Other conditions and fields are never read, so never decoded: a
 // replica carries several conditions, and a fleet thousands of replicas.
-func (r *structReader) podsScheduledConditions(conds value) any {
-	if conds.kind != kindList {
+func (r *structReader) podsScheduledConditions(conds wire.Value) any {
+	if conds.Kind != wire.KindList {
 		return r.decoded(conds, "conditions")
 	}
 	list := r.list(conds, "conditions")
 	out := make([]any, len(list))
 	for i, c := range list {
 		r.enter("conditions", i)
-		if c.kind != kindStruct {
+		if c.Kind != wire.KindStruct {
 			out[i] = r.decoded(c, "")
 			r.leave()
 			continue
 		}
 		// A condition whose bytes do not hold the type's name is not of that
 		// type; most of a replica's conditions are skipped without a walk.
-		if !bytes.Contains(c.raw, []byte(podsScheduledType)) {
+		if !bytes.Contains(c.Raw, []byte(podsScheduledType)) {
 			r.leave()
 			continue
 		}
 		// The fields of a condition observation.Replica reads.
 		conditionKeys := [...]string{"type", "status", "lastTransitionTime"}
-		var fields [len(conditionKeys)]value
-		r.object(c, "").fields(conditionKeys[:], fields[:])
+		var fields [len(conditionKeys)]wire.Value
+		r.object(c, "").Fields(conditionKeys[:], fields[:])
 		if isPodsScheduled(fields[0]) {
 			cond := make(map[string]any, len(conditionKeys))
 			for k, key := range conditionKeys {
-				if fields[k].kind != kindAbsent {
+				if fields[k].Kind != wire.KindAbsent {
 					cond[key] = r.decoded(fields[k], key)
 				}
 			}
@@ -471,8 +472,8 @@ func (r *structReader) podsScheduledConditions(conds value) any {
 // podsScheduledType is the type of condition readReplica reads.
 const podsScheduledType = observation.ConditionPodsScheduled
 
-func isPodsScheduled(typ value) bool {
-	return typ.kind == kindString && string(typ.raw) == podsScheduledType
+func isPodsScheduled(typ wire.Value) bool {
+	return typ.Kind == wire.KindString && string(typ.Raw) == podsScheduledType
 }
 
 // readCluster reads what the scheduler uses of an InferenceCluster: nothing
@@ -481,9 +482,9 @@ func isPodsScheduled(typ value) bool {
 // holds this version of the cluster.
 func (r *structReader) readCluster(s []byte, cache *clusterCache, call uint64) (*observation.ClusterReports, error) {
 	r.start()
-	f := object(s)
-	var meta [4]value
-	r.object(f.get("metadata"), "metadata").fields([]string{keyName, "namespace", "uid", "resourceVersion"}, meta[:])
+	f := wire.Object(s)
+	var meta [4]wire.Value
+	r.object(f.Get("metadata"), "metadata").Fields([]string{keyName, "namespace", "uid", "resourceVersion"}, meta[:])
 	r.cacheKey = appendObjectKey(r.cacheKey[:0], meta[1], meta[0], meta[2], meta[3])
 	if cached, ok := cache.get(r.cacheKey, call); ok {
 		return cached, r.err
@@ -492,39 +493,39 @@ func (r *structReader) readCluster(s []byte, cache *clusterCache, call uint64) (
 	out := &v1alpha1.InferenceCluster{Metadata: v1alpha1.ObjectMeta{Name: r.str(meta[0], keyName)}}
 	r.leave()
 
-	spec := r.object(f.get("spec"), "spec")
+	spec := r.object(f.Get("spec"), "spec")
 	r.enter("spec", notAnElement)
-	for ti, tv := range r.list(spec.get("taints"), "taints") {
+	for ti, tv := range r.list(spec.Get("taints"), "taints") {
 		r.enter("taints", ti)
 		tf := r.object(tv, "")
-		out.Spec.Taints = append(out.Spec.Taints, v1alpha1.Taint{Key: r.str(tf.get("key"), "key"), Value: r.str(tf.get("value"), "value"), Effect: r.str(tf.get("effect"), "effect")})
+		out.Spec.Taints = append(out.Spec.Taints, v1alpha1.Taint{Key: r.str(tf.Get("key"), "key"), Value: r.str(tf.Get("value"), "value"), Effect: r.str(tf.Get("effect"), "effect")})
 		r.leave()
 	}
-	if placement := r.object(spec.get("placement"), "placement"); placement != nil {
+	if placement := r.object(spec.Get("placement"), "placement"); placement != nil {
 		r.enter("placement", notAnElement)
-		if pm := r.object(placement.get("metadata"), "metadata"); pm != nil {
+		if pm := r.object(placement.Get("metadata"), "metadata"); pm != nil {
 			r.enter("metadata", notAnElement)
-			out.Spec.Placement = &v1alpha1.Placement{Metadata: v1alpha1.TemplateMetadata{Labels: r.stringMap(pm.get("labels"), "labels")}}
+			out.Spec.Placement = &v1alpha1.Placement{Metadata: v1alpha1.TemplateMetadata{Labels: r.stringMap(pm.Get("labels"), "labels")}}
 			r.leave()
 		}
 		r.leave()
 	}
 	r.leave()
 
-	status := r.object(f.get("status"), "status")
+	status := r.object(f.Get("status"), "status")
 	r.enter("status", notAnElement)
-	for ci, cv := range r.list(status.get("conditions"), "conditions") {
+	for ci, cv := range r.list(status.Get("conditions"), "conditions") {
 		r.enter("conditions", ci)
 		cf := r.object(cv, "")
-		out.Status.Conditions = append(out.Status.Conditions, v1alpha1.Condition{Type: r.str(cf.get("type"), "type"), Status: r.str(cf.get("status"), "status")})
+		out.Status.Conditions = append(out.Status.Conditions, v1alpha1.Condition{Type: r.str(cf.Get("type"), "type"), Status: r.str(cf.Get("status"), "status")})
 		r.leave()
 	}
-	if gw := r.object(status.get("gateway"), "gateway"); gw != nil {
+	if gw := r.object(status.Get("gateway"), "gateway"); gw != nil {
 		r.enter("gateway", notAnElement)
-		out.Status.Gateway = &v1alpha1.Gateway{Hostname: r.str(gw.get("hostname"), "hostname"), Address: r.str(gw.get("address"), "address")}
+		out.Status.Gateway = &v1alpha1.Gateway{Hostname: r.str(gw.Get("hostname"), "hostname"), Address: r.str(gw.Get("address"), "address")}
 		r.leave()
 	}
-	for pi, pv := range r.list(status.get("gpuPools"), "gpuPools") {
+	for pi, pv := range r.list(status.Get("gpuPools"), "gpuPools") {
 		r.enter("gpuPools", pi)
 		out.Status.GPUPools = append(out.Status.GPUPools, r.pool(pv))
 		r.leave()
@@ -540,9 +541,9 @@ func (r *structReader) readCluster(s []byte, cache *clusterCache, call uint64) (
 
 // pool reads a GPU pool; the agent's report is only decoded, for the
 // observation package to judge.
-func (r *structReader) pool(v value) v1alpha1.GPUPool {
-	var f [6]value
-	r.object(v, "").fields([]string{keyName, "nodes", "devices", "observedNodes", "observedAt", "nodesByFreeDevices"}, f[:])
+func (r *structReader) pool(v wire.Value) v1alpha1.GPUPool {
+	var f [6]wire.Value
+	r.object(v, "").Fields([]string{keyName, "nodes", "devices", "observedNodes", "observedAt", "nodesByFreeDevices"}, f[:])
 	p := v1alpha1.GPUPool{
 		Name: r.str(f[0], keyName), Nodes: r.integer(f[1], "nodes"),
 		ObservedNodes:      r.decoded(f[3], "observedNodes"),
@@ -560,8 +561,8 @@ func (r *structReader) pool(v value) v1alpha1.GPUPool {
 // device reads a pool's device. Fleets publish the same few devices on
 // hundreds of pools: a device equal to one read before (canonically, as
 // map order on the wire may differ) is that one, maps and all, shared.
-func (r *structReader) device(v value) v1alpha1.Device {
-	if v.kind == kindStruct {
+func (r *structReader) device(v wire.Value) v1alpha1.Device {
+	if v.Kind == wire.KindStruct {
 		key, err := r.canonical(r.keyBuf[:0], v, 0)
 		r.keyBuf = key
 		if err == nil {
@@ -584,14 +585,14 @@ func (r *structReader) device(v value) v1alpha1.Device {
 // canonical appends a value in a form equal for equal values whatever the
 // order of their objects' entries on the wire: kind, then length-prefixed
 // bytes, objects' entries sorted by key (the last of a key winning).
-func (r *structReader) canonical(b []byte, v value, depth int) ([]byte, error) {
+func (r *structReader) canonical(b []byte, v wire.Value, depth int) ([]byte, error) {
 	if depth > maxDepth {
 		return nil, errTooDeep
 	}
-	b = append(b, byte(v.kind))
-	switch v.kind {
-	case kindStruct:
-		entries, err := r.entriesOf(object(v.raw))
+	b = append(b, byte(v.Kind))
+	switch v.Kind {
+	case wire.KindStruct:
+		entries, err := r.EntriesOf(wire.Object(v.Raw))
 		if err != nil {
 			return nil, err
 		}
@@ -600,14 +601,14 @@ func (r *structReader) canonical(b []byte, v value, depth int) ([]byte, error) {
 		// end of its object.
 		b = protowire.AppendVarint(b, uint64(len(entries)))
 		for _, e := range entries {
-			b = protowire.AppendBytes(b, e.key)
-			if b, err = r.canonical(b, parseValue(e.val), depth+1); err != nil {
+			b = protowire.AppendBytes(b, e.Key)
+			if b, err = r.canonical(b, wire.ParseValue(e.Val), depth+1); err != nil {
 				return nil, err
 			}
 		}
 		return b, nil
-	case kindList:
-		list, err := r.parseList(v.raw)
+	case wire.KindList:
+		list, err := r.ParseList(v.Raw)
 		if err != nil {
 			return nil, err
 		}
@@ -618,19 +619,19 @@ func (r *structReader) canonical(b []byte, v value, depth int) ([]byte, error) {
 			}
 		}
 		return b, nil
-	case kindNumber:
-		return protowire.AppendFixed64(b, math.Float64bits(v.num)), nil
-	case kindMalformed:
-		return nil, errTruncated
-	case kindAbsent, kindNull, kindString, kindBool:
+	case wire.KindNumber:
+		return protowire.AppendFixed64(b, math.Float64bits(v.Num)), nil
+	case wire.KindMalformed:
+		return nil, wire.ErrTruncated
+	case wire.KindAbsent, wire.KindNull, wire.KindString, wire.KindBool:
 	}
-	b = protowire.AppendVarint(b, uint64(v.num))
-	return protowire.AppendBytes(b, v.raw), nil
+	b = protowire.AppendVarint(b, uint64(v.Num))
+	return protowire.AppendBytes(b, v.Raw), nil
 }
 
-func (r *structReader) readDevice(v value) v1alpha1.Device {
-	var f [7]value
-	r.object(v, "").fields([]string{keyName, "claim", "driver", "deviceClassName", "count", "attributes", "capacity"}, f[:])
+func (r *structReader) readDevice(v wire.Value) v1alpha1.Device {
+	var f [7]wire.Value
+	r.object(v, "").Fields([]string{keyName, "claim", "driver", "deviceClassName", "count", "attributes", "capacity"}, f[:])
 	d := v1alpha1.Device{
 		Name: r.str(f[0], keyName), Claim: r.str(f[1], "claim"), Driver: r.str(f[2], "driver"),
 		DeviceClassName: r.str(f[3], "deviceClassName"), Count: r.integer(f[4], "count"),
@@ -640,16 +641,16 @@ func (r *structReader) readDevice(v value) v1alpha1.Device {
 		entries := r.sortedEntries(attrs, "")
 		d.Attributes = make(map[string]v1alpha1.DeviceAttribute, len(entries))
 		for _, e := range entries {
-			k := r.intern(e.key)
-			var af [4]value
-			r.object(parseValue(e.val), k).fields([]string{"int", "bool", "string", "version"}, af[:])
+			k := r.intern(e.Key)
+			var af [4]wire.Value
+			r.object(wire.ParseValue(e.Val), k).Fields([]string{"int", "bool", "string", "version"}, af[:])
 			r.enter(k, notAnElement)
 			a := v1alpha1.DeviceAttribute{Int: r.integer(af[0], "int"), Bool: r.boolean(af[1], "bool")}
-			if !af[2].absent() {
+			if !af[2].Absent() {
 				s := r.str(af[2], "string")
 				a.String = &s
 			}
-			if !af[3].absent() {
+			if !af[3].Absent() {
 				s := r.str(af[3], "version")
 				a.Version = &s
 			}
@@ -663,10 +664,10 @@ func (r *structReader) readDevice(v value) v1alpha1.Device {
 		entries := r.sortedEntries(capacity, "")
 		d.Capacity = make(map[string]v1alpha1.DeviceCapacityVal, len(entries))
 		for _, e := range entries {
-			k := r.intern(e.key)
-			cf := r.object(parseValue(e.val), k)
+			k := r.intern(e.Key)
+			cf := r.object(wire.ParseValue(e.Val), k)
 			r.enter(k, notAnElement)
-			d.Capacity[k] = v1alpha1.DeviceCapacityVal{Value: r.str(cf.get("value"), "value")}
+			d.Capacity[k] = v1alpha1.DeviceCapacityVal{Value: r.str(cf.Get("value"), "value")}
 			r.leave()
 		}
 		r.leave()

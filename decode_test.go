@@ -15,6 +15,8 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/wire"
+	"github.com/modelplaneai/fleet-scheduler/internal/wire/wiretest"
 )
 
 // jsonEqual compares raw JSON by meaning, not bytes: key order may differ.
@@ -213,7 +215,7 @@ func TestReadTooDeep(t *testing.T) {
 		t.Fatalf("built %d bytes, want %d", len(v), sizes[depth])
 	}
 	var r structReader
-	r.decoded(parseValue(v), "nodesByFreeDevices")
+	r.decoded(wire.ParseValue(v), "nodesByFreeDevices")
 	if r.err == nil || !strings.Contains(r.err.Error(), "nested deeper than") {
 		t.Errorf("decoded(...): error %v, want one saying the value is nested too deep", r.err)
 	}
@@ -256,7 +258,7 @@ func TestCanonicalTellsDevicesApart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		k, err := r.canonical(nil, parseValue(marshalled(t, v)), 0)
+		k, err := r.canonical(nil, wire.ParseValue(wiretest.Marshalled(t, v)), 0)
 		if err != nil {
 			t.Fatalf("canonical(...): %v", err)
 		}
@@ -281,10 +283,10 @@ func TestReadErrorPaths(t *testing.T) {
 		"ObjectInAList": {
 			reason: "An object inside a list is named by its index alone.",
 			read: func() error {
-				obj := bytesField(protowire.Number(kindStruct), structEntry("k", []byte{0xff}))
-				list := bytesField(protowire.Number(kindList), bytesField(1, obj))
+				obj := wiretest.BytesField(protowire.Number(wire.KindStruct), wiretest.StructEntry("k", []byte{0xff}))
+				list := wiretest.BytesField(protowire.Number(wire.KindList), wiretest.BytesField(1, obj))
 				var r structReader
-				r.decoded(parseValue(bytesField(protowire.Number(kindStruct), structEntry("pools", list))), "status")
+				r.decoded(wire.ParseValue(wiretest.BytesField(protowire.Number(wire.KindStruct), wiretest.StructEntry("pools", list))), "status")
 				return r.err
 			},
 			want: "status.pools[0].k: ",
@@ -292,13 +294,13 @@ func TestReadErrorPaths(t *testing.T) {
 		"MalformedLabels": {
 			reason: "Placement labels whose bytes are malformed are named once.",
 			read: func() error {
-				labels := bytesField(protowire.Number(kindStruct), []byte{0x0a, 0x05, 0x01})
-				md := bytesField(protowire.Number(kindStruct), structEntry("labels", labels))
-				pl := bytesField(protowire.Number(kindStruct), structEntry("metadata", md))
-				spec := bytesField(protowire.Number(kindStruct), structEntry("placement", pl))
-				name := bytesField(protowire.Number(kindStruct), structEntry("name", bytesField(protowire.Number(kindString), []byte("c"))))
+				labels := wiretest.BytesField(protowire.Number(wire.KindStruct), []byte{0x0a, 0x05, 0x01})
+				md := wiretest.BytesField(protowire.Number(wire.KindStruct), wiretest.StructEntry("labels", labels))
+				pl := wiretest.BytesField(protowire.Number(wire.KindStruct), wiretest.StructEntry("metadata", md))
+				spec := wiretest.BytesField(protowire.Number(wire.KindStruct), wiretest.StructEntry("placement", pl))
+				name := wiretest.BytesField(protowire.Number(wire.KindStruct), wiretest.StructEntry("name", wiretest.BytesField(protowire.Number(wire.KindString), []byte("c"))))
 				var r structReader
-				_, err := r.readCluster(cat(structEntry("metadata", name), structEntry("spec", spec)), nil, 0)
+				_, err := r.readCluster(wiretest.Cat(wiretest.StructEntry("metadata", name), wiretest.StructEntry("spec", spec)), nil, 0)
 				return err
 			},
 			want: "spec.placement.metadata.labels: ",

@@ -19,6 +19,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
+	"github.com/modelplaneai/fleet-scheduler/internal/wire"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -128,7 +129,7 @@ type fleet struct {
 	observed []*observedReplica
 	// specs are the replicas' specs, still on the wire: readPins reads the
 	// engines of those the scheduler needs.
-	specs []object
+	specs []wire.Object
 	// cacheRef is the referenced ModelCache, nil when none is referenced.
 	cacheRef *v1alpha1.LocalRef
 	// cacheFound is whether the referenced ModelCache exists.
@@ -244,7 +245,7 @@ func (fl *fleet) readReplicas(r *structReader, replicas *fnv1.Resources, xr *v1a
 
 // withPins is a replica with its engines read from its spec: a copy, as
 // the replica read may be shared through the cache.
-func (r *structReader) withPins(rep *v1alpha1.ModelReplica, spec object) (*v1alpha1.ModelReplica, error) {
+func (r *structReader) withPins(rep *v1alpha1.ModelReplica, spec wire.Object) (*v1alpha1.ModelReplica, error) {
 	withPins := *rep
 	return &withPins, r.readPins(spec, &withPins)
 }
@@ -362,7 +363,7 @@ func (it *itemReader) next() ([]byte, bool, error) {
 		if it.warmed <= 0 {
 			it.warmed = warm(it.wire[:min(len(it.wire), warmBatchBytes)])
 		}
-		num, typ, item, after, err := next(it.wire)
+		num, typ, item, after, err := wire.Next(it.wire)
 		if err != nil {
 			return nil, false, err
 		}
@@ -405,9 +406,9 @@ func warm(b []byte) int {
 // far as they can be read, for messages about an object that cannot be.
 func metadataOf(s []byte) (name, namespace, deployment string) {
 	var r structReader
-	md := r.object(object(s).get("metadata"), "metadata")
-	labels := r.object(md.get("labels"), "labels")
-	return r.str(md.get(keyName), keyName), r.str(md.get("namespace"), "namespace"), r.str(labels.get(v1alpha1.LabelDeployment), "")
+	md := r.object(wire.Object(s).Get("metadata"), "metadata")
+	labels := r.object(md.Get("labels"), "labels")
+	return r.str(md.Get(keyName), keyName), r.str(md.Get("namespace"), "namespace"), r.str(labels.Get(v1alpha1.LabelDeployment), "")
 }
 
 // nameOf reads namespace/name of an object for error messages.

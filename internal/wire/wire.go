@@ -1,100 +1,98 @@
-package main
+// Package wire reads google.protobuf.Struct messages straight off the
+// protobuf wire: a Struct is a list of (key, Value) entries, and a Value one
+// field of six kinds. A caller reads the few keys it needs of a large
+// message and skips the rest by length, where a decoded Struct would have
+// been built field by field and walked through pointers. It knows nothing
+// of what the Structs hold, and imports nothing but protowire.
+package wire
 
 import (
 	"errors"
-	"fmt"
 	"math"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// The fleet's objects are read straight off the protobuf wire: a
-// google.protobuf.Struct is a list of (key, Value) entries, and a Value one
-// field of six kinds. A request can carry tens of thousands of ModelReplicas
-// whose pod templates the scheduler never reads; on the wire a template is
-// skipped by its length, where a decoded Struct would have been built
-// field by field and walked through pointers.
-
-// kind is which field of a google.protobuf.Value is set, by field number.
-type kind uint8
+// Kind is which field of a google.protobuf.Value is set, by field number.
+type Kind uint8
 
 const (
-	kindAbsent kind = 0 // no such key, or no field of the Value set
-	kindNull   kind = 1
-	kindNumber kind = 2
-	kindString kind = 3
-	kindBool   kind = 4
-	kindStruct kind = 5
-	kindList   kind = 6
+	KindAbsent Kind = 0 // no such key, or no field of the Value set
+	KindNull   Kind = 1
+	KindNumber Kind = 2
+	KindString Kind = 3
+	KindBool   Kind = 4
+	KindStruct Kind = 5
+	KindList   Kind = 6
 
-	// kindMalformed is a Value whose bytes are not protobuf.
-	kindMalformed kind = 255
+	// KindMalformed is a Value whose bytes are not protobuf.
+	KindMalformed Kind = 255
 )
 
-// value is a google.protobuf.Value: its kind, and its number (a bool as 0
+// Value is a google.protobuf.Value: its kind, and its number (a bool as 0
 // or 1) or its bytes (a string, or a Struct or ListValue message).
-type value struct {
-	kind kind
-	num  float64
-	raw  []byte
+type Value struct {
+	Kind Kind
+	Num  float64
+	Raw  []byte
 }
 
-// object is a google.protobuf.Struct message, still on the wire; nil for
+// Object is a google.protobuf.Struct message, still on the wire; nil for
 // none. A key is looked up by walking its entries: objects have few, and
 // a replica's are read a handful of keys each.
-type object []byte
+type Object []byte
 
-// entry is one field of a Struct: its key, and its Value message.
-type entry struct {
-	key []byte
-	val []byte
+// Entry is one field of a Struct: its key, and its Value message.
+type Entry struct {
+	Key []byte
+	Val []byte
 }
 
-// get is the value of key; the last entry of a key wins, as when protobuf
+// Get is the value of key; the last entry of a key wins, as when protobuf
 // decodes a map.
-func (o object) get(key string) value {
+func (o Object) Get(key string) Value {
 	var val []byte
 	found := false
 	for b := []byte(o); len(b) > 0; {
 		e, ok, rest, err := nextEntry(b)
 		if err != nil {
-			return value{kind: kindMalformed}
+			return Value{Kind: KindMalformed}
 		}
 		b = rest
-		if ok && string(e.key) == key {
-			val, found = e.val, true
+		if ok && string(e.Key) == key {
+			val, found = e.Val, true
 		}
 	}
 	if !found {
-		return value{}
+		return Value{}
 	}
-	return parseValue(val)
+	return ParseValue(val)
 }
 
-// fields reads several keys in one walk of the object: out[i] is the value
+// Fields reads several keys in one walk of the object: out[i] is the value
 // of keys[i], the last entry of a key winning.
-func (o object) fields(keys []string, out []value) {
+func (o Object) Fields(keys []string, out []Value) {
 	var raw [8][]byte
 	var found [8]bool
 	if len(keys) > len(raw) {
 		for i, k := range keys {
-			out[i] = o.get(k)
+			out[i] = o.Get(k)
 		}
 		return
 	}
 	for b := []byte(o); len(b) > 0; {
 		key, val, rest, ok := shortEntry(b)
 		if !ok {
-			var e entry
+			var e Entry
 			var err error
 			e, ok, rest, err = nextEntry(b)
 			if err != nil {
 				for i := range keys {
-					out[i] = value{kind: kindMalformed}
+					out[i] = Value{Kind: KindMalformed}
 				}
 				return
 			}
-			key, val = e.key, e.val
+			key, val = e.Key, e.Val
 		}
 		b = rest
 		if !ok {
@@ -107,15 +105,15 @@ func (o object) fields(keys []string, out []value) {
 		}
 	}
 	for i := range keys {
-		out[i] = value{}
+		out[i] = Value{}
 		if found[i] {
-			out[i] = parseValue(raw[i])
+			out[i] = ParseValue(raw[i])
 		}
 	}
 }
 
-// entriesOf are an object's entries in wire order, in the reader's buffer.
-func (w *wireReader) entriesOf(o object) ([]entry, error) {
+// EntriesOf are an object's entries in wire order, in the reader's buffer.
+func (w *Reader) EntriesOf(o Object) ([]Entry, error) {
 	start := len(w.entries)
 	for b := []byte(o); len(b) > 0; {
 		e, ok, rest, err := nextEntry(b)
@@ -130,20 +128,20 @@ func (w *wireReader) entriesOf(o object) ([]entry, error) {
 	return w.entries[start:len(w.entries):len(w.entries)], nil
 }
 
-var errTruncated = errors.New("truncated or malformed protobuf")
+var ErrTruncated = errors.New("truncated or malformed protobuf")
 
-// next reads one field: its number, its wire type and its value (for a
+// Next reads one field: its number, its wire type and its value (for a
 // length-delimited field, the bytes it delimits). It returns the rest of b
 // after the field.
-func next(b []byte) (num protowire.Number, typ protowire.Type, field, rest []byte, err error) {
+func Next(b []byte) (num protowire.Number, typ protowire.Type, field, rest []byte, err error) {
 	num, typ, n := protowire.ConsumeTag(b)
 	if n < 0 {
-		return 0, 0, nil, nil, errTruncated
+		return 0, 0, nil, nil, ErrTruncated
 	}
 	b = b[n:]
 	m := protowire.ConsumeFieldValue(num, typ, b)
 	if m < 0 {
-		return 0, 0, nil, nil, errTruncated
+		return 0, 0, nil, nil, ErrTruncated
 	}
 	field = b[:m]
 	if typ == protowire.BytesType {
@@ -153,7 +151,7 @@ func next(b []byte) (num protowire.Number, typ protowire.Type, field, rest []byt
 }
 
 // delimited reads a length-delimited field under a one-byte tag, the way
-// nearly every field of a Struct is written, faster than next. It reports
+// nearly every field of a Struct is written, faster than Next. It reports
 // false when b does not start with that tag, or is truncated.
 func delimited(b []byte, tag byte) (field, rest []byte, ok bool) {
 	if len(b) < 2 || b[0] != tag {
@@ -180,99 +178,99 @@ const (
 	tagField2 byte = 2<<3 | byte(protowire.BytesType)
 )
 
-// parseValue reads a google.protobuf.Value message. Of several kinds set,
+// ParseValue reads a google.protobuf.Value message. Of several kinds set,
 // the last wins, as protobuf decodes a oneof.
-func parseValue(b []byte) value {
+func ParseValue(b []byte) Value {
 	// A Value is almost always one field: a string, an object or a list.
 	if len(b) > 0 {
-		if k := kind(b[0] >> 3); b[0]&7 == byte(protowire.BytesType) && (k == kindString || k == kindStruct || k == kindList) {
+		if k := Kind(b[0] >> 3); b[0]&7 == byte(protowire.BytesType) && (k == KindString || k == KindStruct || k == KindList) {
 			if field, rest, ok := delimited(b, b[0]); ok && len(rest) == 0 {
-				return value{kind: k, raw: field}
+				return Value{Kind: k, Raw: field}
 			}
 		}
 	}
-	var v value
-	var message pieces // of a struct_value or list_value
+	var v Value
+	var message Pieces // of a struct_value or list_value
 	for len(b) > 0 {
-		num, typ, field, rest, err := next(b)
+		num, typ, field, rest, err := Next(b)
 		if err != nil {
-			return value{kind: kindMalformed}
+			return Value{Kind: KindMalformed}
 		}
 		switch {
-		case num == protowire.Number(kindNull) && typ == protowire.VarintType:
-			v = value{kind: kindNull}
-		case num == protowire.Number(kindNumber) && typ == protowire.Fixed64Type:
+		case num == protowire.Number(KindNull) && typ == protowire.VarintType:
+			v = Value{Kind: KindNull}
+		case num == protowire.Number(KindNumber) && typ == protowire.Fixed64Type:
 			bits, _ := protowire.ConsumeFixed64(field)
-			v = value{kind: kindNumber, num: math.Float64frombits(bits)}
-		case num == protowire.Number(kindBool) && typ == protowire.VarintType:
+			v = Value{Kind: KindNumber, Num: math.Float64frombits(bits)}
+		case num == protowire.Number(KindBool) && typ == protowire.VarintType:
 			x, _ := protowire.ConsumeVarint(field)
-			v = value{kind: kindBool}
+			v = Value{Kind: KindBool}
 			if x != 0 {
-				v.num = 1
+				v.Num = 1
 			}
-		case typ == protowire.BytesType && (num == protowire.Number(kindStruct) || num == protowire.Number(kindList)) && v.kind == kind(num):
-			message.add(field)
-			v.raw = message.b
-		case typ == protowire.BytesType && (num == protowire.Number(kindStruct) || num == protowire.Number(kindList)):
-			message = pieces{}
-			message.add(field)
-			v = value{kind: kind(num), raw: message.b}
-		case typ == protowire.BytesType && num == protowire.Number(kindString):
-			v = value{kind: kindString, raw: field}
+		case typ == protowire.BytesType && (num == protowire.Number(KindStruct) || num == protowire.Number(KindList)) && v.Kind == Kind(num):
+			message.Add(field)
+			v.Raw = message.Bytes
+		case typ == protowire.BytesType && (num == protowire.Number(KindStruct) || num == protowire.Number(KindList)):
+			message = Pieces{}
+			message.Add(field)
+			v = Value{Kind: Kind(num), Raw: message.Bytes}
+		case typ == protowire.BytesType && num == protowire.Number(KindString):
+			v = Value{Kind: KindString, Raw: field}
 		}
 		b = rest
 	}
 	return v
 }
 
-// pieces gathers a message written in several pieces: protobuf merges
+// Pieces gathers a message written in several Pieces: protobuf merges
 // them as it would parse their concatenation. No encoder writes a message
 // so, but protobuf allows it. The first piece is used in place; from the
 // second on they are appended to a copy, whose growth is amortized.
-type pieces struct {
-	b     []byte
+type Pieces struct {
+	Bytes []byte
 	owned bool
 }
 
-func (p *pieces) add(piece []byte) {
+func (p *Pieces) Add(piece []byte) {
 	switch {
-	case p.b == nil:
-		p.b = piece
+	case p.Bytes == nil:
+		p.Bytes = piece
 	case !p.owned:
-		p.b = append(append(make([]byte, 0, 2*(len(p.b)+len(piece))), p.b...), piece...)
+		p.Bytes = append(append(make([]byte, 0, 2*(len(p.Bytes)+len(piece))), p.Bytes...), piece...)
 		p.owned = true
 	default:
-		p.b = append(p.b, piece...)
+		p.Bytes = append(p.Bytes, piece...)
 	}
 }
 
-// wireReader parses lists and entries into buffers it reuses for every
+// Reader parses lists and entries into buffers it reuses for every
 // object it reads, so an object costs no allocation for its structure.
-type wireReader struct {
-	values  []value
-	entries []entry
+type Reader struct {
+	values  []Value
+	entries []Entry
 }
 
-// reset drops everything parsed so far; the lists and entries returned
+// Reset drops everything parsed so far; the lists and entries returned
 // before must no longer be used.
-func (w *wireReader) reset() {
+func (w *Reader) Reset() {
 	w.values = w.values[:0]
 	w.entries = w.entries[:0]
 }
 
 // nextEntry reads the next field of a Struct: ok when it is an entry.
-func nextEntry(b []byte) (e entry, ok bool, rest []byte, err error) {
+func nextEntry(b []byte) (e Entry, ok bool, rest []byte, err error) {
 	if key, val, rest, ok := shortEntry(b); ok {
-		return entry{key: key, val: val}, true, rest, nil
+		return Entry{Key: key, Val: val}, true, rest, nil
 	}
 	payload, rest, ok := delimited(b, tagField1)
 	if !ok {
-		num, typ, field, after, err := next(b)
+		num, typ, field, after, err := Next(b)
 		if err != nil {
-			return entry{}, false, nil, err
+			return Entry{}, false, nil, err
 		}
 		if num != 1 || typ != protowire.BytesType {
-			return entry{}, false, after, nil
+			return Entry{}, false, after, nil
 		}
 		payload, rest = field, after
 	}
@@ -328,41 +326,41 @@ func shortLen(b []byte, i int) (n, next int) {
 
 // parseEntry reads a Struct's map entry: its key, then its value, as
 // protobuf writes them, else in any order.
-func parseEntry(b []byte) (entry, error) {
+func parseEntry(b []byte) (Entry, error) {
 	if key, rest, ok := delimited(b, tagField1); ok {
 		if len(rest) == 0 {
-			return entry{key: key}, nil
+			return Entry{Key: key}, nil
 		}
 		if val, rest, ok := delimited(rest, tagField2); ok && len(rest) == 0 {
-			return entry{key: key, val: val}, nil
+			return Entry{Key: key, Val: val}, nil
 		}
 	}
-	var e entry
-	var val pieces
+	var e Entry
+	var val Pieces
 	for len(b) > 0 {
-		num, typ, field, rest, err := next(b)
+		num, typ, field, rest, err := Next(b)
 		if err != nil {
-			return entry{}, err
+			return Entry{}, err
 		}
 		b = rest
 		switch {
 		case num == 1 && typ == protowire.BytesType:
-			e.key = field
+			e.Key = field
 		case num == 2 && typ == protowire.BytesType:
-			val.add(field)
+			val.Add(field)
 		}
 	}
-	e.val = val.b
+	e.Val = val.Bytes
 	return e, nil
 }
 
-// parseList reads the values of a google.protobuf.ListValue message.
-func (w *wireReader) parseList(b []byte) ([]value, error) {
+// ParseList reads the values of a google.protobuf.ListValue message.
+func (w *Reader) ParseList(b []byte) ([]Value, error) {
 	start := len(w.values)
 	for len(b) > 0 {
 		payload, rest, ok := delimited(b, tagField1)
 		if !ok {
-			num, typ, field, after, err := next(b)
+			num, typ, field, after, err := Next(b)
 			if err != nil {
 				return nil, err
 			}
@@ -374,46 +372,30 @@ func (w *wireReader) parseList(b []byte) ([]value, error) {
 		} else {
 			b = rest
 		}
-		w.values = append(w.values, parseValue(payload))
+		w.values = append(w.values, ParseValue(payload))
 	}
 	return w.values[start:len(w.values):len(w.values)], nil
 }
 
-// describe names a value's kind for an error message.
-func (v value) describe() string {
-	switch v.kind {
-	case kindString:
+// Describe names a value's kind for an error message.
+func (v Value) Describe() string {
+	switch v.Kind {
+	case KindString:
 		return "a string"
-	case kindNumber:
+	case KindNumber:
 		return "a number"
-	case kindBool:
+	case KindBool:
 		return "a boolean"
-	case kindList:
+	case KindList:
 		return "a list"
-	case kindStruct:
+	case KindStruct:
 		return "an object"
-	case kindMalformed:
+	case KindMalformed:
 		return "malformed protobuf"
-	case kindAbsent, kindNull:
+	case KindAbsent, KindNull:
 	}
 	return "null"
 }
 
-// absent is whether a field is missing or null, as JSON's omitted.
-func (v value) absent() bool { return v.kind == kindAbsent || v.kind == kindNull }
-
-// resourceStruct is the Struct of a fnv1.Resource message: its field 1.
-func resourceStruct(b []byte) ([]byte, error) {
-	var s pieces
-	for len(b) > 0 {
-		num, typ, payload, rest, err := next(b)
-		if err != nil {
-			return nil, fmt.Errorf("cannot read resource: %w", err)
-		}
-		if num == 1 && typ == protowire.BytesType {
-			s.add(payload)
-		}
-		b = rest
-	}
-	return s.b, nil
-}
+// Absent is whether a field is missing or null, as JSON's omitted.
+func (v Value) Absent() bool { return v.Kind == KindAbsent || v.Kind == KindNull }
