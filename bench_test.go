@@ -20,8 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/encoding"
-	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -30,6 +28,7 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
@@ -198,7 +197,7 @@ func runOnce(req *fnv1.RunFunctionRequest, now time.Time) (*fnv1.RunFunctionResp
 }
 
 // runOn runs a function, failing on a Fatal result.
-func runOn(f *Function, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
+func runOn(f fnv1.FunctionRunnerServiceServer, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
 	rsp, err := f.RunFunction(context.Background(), req)
 	if err != nil {
 		return nil, err
@@ -249,16 +248,12 @@ func BenchmarkRunFunction(b *testing.B) {
 					b.Fatal(err)
 				}
 				frames := inFrames(wire)
-				server := func() *Function {
-					return &Function{now: func() time.Time { return benchNow }, caches: newCaches(), selectors: scheduling.NewSelectors()}
-				}
-				f := server()
+				f := newBenchServer()
 				serve := func() (*fnv1.RunFunctionResponse, error) {
 					if !warm {
-						f = server()
-						requestCopies.drain()
+						f = newBenchServer()
 					}
-					return serveWire(f, frames)
+					return f.serve(frames)
 				}
 				rsp, err := serve()
 				if err != nil {
@@ -269,14 +264,14 @@ func BenchmarkRunFunction(b *testing.B) {
 				}
 				// The peak counts the call's copy of the request, which the
 				// codec's pool then keeps.
-				requestCopies.drain()
+				f.codec.Drain()
 				heap := peakHeap(func() { _, _ = serve() })
 				// What a server keeps between calls: its caches, and the
 				// pool's copy of the last request.
-				requestCopies.drain()
+				f.codec.Drain()
 				kept := liveHeap(func() any {
-					s := server()
-					_, _ = serveWire(s, frames)
+					s := newBenchServer()
+					_, _ = s.serve(frames)
 					return s
 				})
 				cpu := cpuTime()
@@ -290,7 +285,7 @@ func BenchmarkRunFunction(b *testing.B) {
 				b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
 				b.ReportMetric(float64(heap), "peak-heap-B")
 				b.ReportMetric(float64(kept), "kept-heap-B")
-				b.ReportMetric(float64(requestCopies.idleBytes()), "idle-copies-B")
+				b.ReportMetric(float64(f.codec.IdleBytes()), "idle-copies-B")
 				b.ReportMetric(float64(len(wire)), "req-bytes")
 				b.ReportMetric(float64(len(wire))/float64(n), "req-bytes/replica")
 			})
@@ -309,20 +304,33 @@ func inFrames(wire []byte) mem.BufferSlice {
 	return frames
 }
 
-// serveWire does what the server does with a request's bytes, in frames:
-// decodes them with the request codec, runs the function, and encodes the
-// response.
-func serveWire(f *Function, frames mem.BufferSlice) (*fnv1.RunFunctionResponse, error) {
-	codec := requestCodec{CodecV2: encoding.GetCodecV2(grpcproto.Name)}
+// benchServer is what main.go serves: the function with its caches, behind
+// the request codec.
+type benchServer struct {
+	fn    *Function
+	codec *codec.Codec
+}
+
+func newBenchServer() *benchServer {
+	return &benchServer{
+		fn:    &Function{now: func() time.Time { return benchNow }, caches: newCaches(), selectors: scheduling.NewSelectors()},
+		codec: codec.New(requiredClusters, requiredReplicas),
+	}
+}
+
+// serve does what the server does with a request's bytes, in frames:
+// decodes them with the request codec, runs the function, gives the
+// request's copy back, and encodes the response.
+func (s *benchServer) serve(frames mem.BufferSlice) (*fnv1.RunFunctionResponse, error) {
 	req := &fnv1.RunFunctionRequest{}
-	if err := codec.Unmarshal(frames, req); err != nil {
+	if err := s.codec.Unmarshal(frames, req); err != nil {
 		return nil, err
 	}
-	rsp, err := runOn(f, req)
+	rsp, err := runOn(s.codec.Server(s.fn), req)
 	if err != nil {
 		return nil, err
 	}
-	out, err := codec.Marshal(rsp)
+	out, err := s.codec.Marshal(rsp)
 	if err != nil {
 		return nil, err
 	}
@@ -378,9 +386,7 @@ func BenchmarkUnmarshalRequest(b *testing.B) {
 		done func(*fnv1.RunFunctionRequest)
 	}{
 		{"proto", func(w []byte, _ mem.BufferSlice, req *fnv1.RunFunctionRequest) error { return proto.Unmarshal(w, req) }, func(*fnv1.RunFunctionRequest) {}},
-		{"codec", func(_ []byte, frames mem.BufferSlice, req *fnv1.RunFunctionRequest) error {
-			return requestCodec{CodecV2: encoding.GetCodecV2(grpcproto.Name)}.Unmarshal(frames, req)
-		}, requestCopies.release},
+		{"codec", benchCodec.unmarshal, benchCodec.release},
 	}
 	for _, n := range []int{1_000, 10_000, 50_000} {
 		request := sync.OnceValues(func() ([]byte, error) {
@@ -409,8 +415,7 @@ func BenchmarkUnmarshalRequest(b *testing.B) {
 				b.ReportMetric(float64(len(wire)), "req-bytes")
 				// What a decoded request holds, its copy included: none idle,
 				// and none still lent to a request dropped before.
-				requestCopies.drain()
-				settleLentCopies()
+				benchCodec.reset()
 				b.ReportMetric(float64(liveHeap(func() any {
 					req := &fnv1.RunFunctionRequest{}
 					_ = d.unmarshal(wire, frames, req)
@@ -421,18 +426,20 @@ func BenchmarkUnmarshalRequest(b *testing.B) {
 	}
 }
 
-// settleLentCopies waits, a second at most, until every request the codec
-// decoded and that is gone has let its copy go: cleanups run after a
-// collection, in their own goroutine.
-func settleLentCopies() {
-	for range 1000 {
-		if lentCount() == 0 {
-			return
-		}
-		runtime.GC()
-		time.Sleep(time.Millisecond)
-	}
+// benchCodec is the request codec of BenchmarkUnmarshalRequest, new for
+// each measurement of what a request holds, so that no copy the codec lent
+// a request dropped before is counted.
+var benchCodec = &resettableCodec{c: codec.New(requiredClusters, requiredReplicas)}
+
+type resettableCodec struct{ c *codec.Codec }
+
+func (r *resettableCodec) unmarshal(_ []byte, frames mem.BufferSlice, req *fnv1.RunFunctionRequest) error {
+	return r.c.Unmarshal(frames, req)
 }
+
+func (r *resettableCodec) release(req *fnv1.RunFunctionRequest) { r.c.Release(req) }
+
+func (r *resettableCodec) reset() { r.c = codec.New(requiredClusters, requiredReplicas) }
 
 // cpuTime is the CPU time the process has used, user and system: on a
 // shared machine it tells the work a call does from the wait for a core.

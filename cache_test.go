@@ -18,10 +18,14 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/internal/wire"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
+
+// testCodec is the request codec, as main.go makes it.
+var testCodec = codec.New(requiredClusters, requiredReplicas)
 
 // serve runs f on a request as the server receives it, through the request
 // codec.
@@ -33,10 +37,10 @@ func serve(t *testing.T, f *Function, req *fnv1.RunFunctionRequest) *fnv1.RunFun
 	}
 	// Through the codec, as the server decodes it: into a recycled copy.
 	served := &fnv1.RunFunctionRequest{}
-	if err := (requestCodec{CodecV2: defaultCodec(t)}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, served); err != nil {
+	if err := testCodec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, served); err != nil {
 		t.Fatalf("Unmarshal(...): %v", err)
 	}
-	rsp, err := f.RunFunction(context.Background(), served)
+	rsp, err := testCodec.Server(f).RunFunction(context.Background(), served)
 	if err != nil {
 		t.Fatalf("RunFunction(...): %v", err)
 	}

@@ -47,10 +47,8 @@ type Function struct {
 // RunFunction reads the XR and the fleet, schedules, and writes the replicas,
 // endpoints, status and conditions. Bad input is a Fatal result, never an
 // error: Crossplane then keeps everything as it was. A request the request
-// codec decoded is used up: its fleet is gone once RunFunction returns.
+// codec decoded is used up once its server has returned: its fleet is gone.
 func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
-	// The codec's copy of the request goes back once the call is done.
-	defer requestCopies.release(req)
 	rsp := response.To(req, response.DefaultTTL)
 	ensureDesired(rsp)
 	// The scheduler is pure and takes no context: DRA's CEL cost limit bounds

@@ -16,6 +16,7 @@ import (
 	"github.com/crossplane/function-sdk-go/logging"
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
+	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
@@ -26,9 +27,10 @@ import (
 // must be what a fresh server gives for the request decoded in process.
 func TestServedOverGRPC(t *testing.T) {
 	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer(grpc.ForceServerCodecV2(requestCodec{CodecV2: defaultCodec(t)}), grpc.MaxRecvMsgSize(64<<20))
+	requests := codec.New(requiredClusters, requiredReplicas)
+	srv := grpc.NewServer(grpc.ForceServerCodecV2(requests), grpc.MaxRecvMsgSize(64<<20))
 	served := &Function{log: logging.NewNopLogger(), now: func() time.Time { return benchNow }, caches: newCaches(), selectors: scheduling.NewSelectors()}
-	fnv1.RegisterFunctionRunnerServiceServer(srv, served)
+	fnv1.RegisterFunctionRunnerServiceServer(srv, requests.Server(served))
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()
 	conn, err := grpc.NewClient("passthrough:///fleet-scheduler",
@@ -47,7 +49,6 @@ func TestServedOverGRPC(t *testing.T) {
 	if size := proto.Size(big); size < 1<<20 {
 		t.Fatalf("the big request is %d bytes, want one gRPC sends in many frames", size)
 	}
-	requestCopies.drain()
 	for i, req := range []*fnv1.RunFunctionRequest{big, big, small, big} {
 		fresh := &Function{log: logging.NewNopLogger(), now: func() time.Time { return benchNow }}
 		want, err := fresh.RunFunction(context.Background(), proto.CloneOf(req))
@@ -63,7 +64,7 @@ func TestServedOverGRPC(t *testing.T) {
 		}
 	}
 	// Every call gave its copy back; the pool keeps the biggest.
-	if idle := requestCopies.idleBytes(); idle < proto.Size(big) {
+	if idle := requests.IdleBytes(); idle < proto.Size(big) {
 		t.Errorf("after the calls: %d bytes of copies idle, want at least the big request's %d", idle, proto.Size(big))
 	}
 }

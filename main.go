@@ -10,6 +10,7 @@ import (
 
 	"github.com/crossplane/function-sdk-go"
 
+	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
@@ -38,12 +39,15 @@ func (c *CLI) Run() error {
 		return err
 	}
 
-	registerRequestCodec()
+	// The request codec leaves the fleet on the wire for the fleet reader,
+	// and takes each request's buffer back once its call is done.
+	requests := codec.New(requiredClusters, requiredReplicas)
+	requests.Register()
 	fn := &Function{log: log, selectors: scheduling.NewSelectors()}
 	if c.ObjectCache {
 		fn.caches = newCaches()
 	}
-	return function.Serve(fn,
+	return function.Serve(requests.Server(fn),
 		function.Listen(c.Network, c.Address),
 		function.MTLSCertificates(c.TLSCertsDir),
 		function.Insecure(c.Insecure),

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"fmt"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -22,24 +21,11 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/internal/wire"
 	"github.com/modelplaneai/fleet-scheduler/internal/wire/wiretest"
 )
-
-// structOf is an object, as JSON sees it, as a google.protobuf.Struct.
-func structOf(tb testing.TB, obj any) *structpb.Struct {
-	tb.Helper()
-	b, err := json.Marshal(obj)
-	if err != nil {
-		tb.Fatalf("json.Marshal(...): %v", err)
-	}
-	s := &structpb.Struct{}
-	if err := protojson.Unmarshal(b, s); err != nil {
-		tb.Fatalf("protojson.Unmarshal(...): %v", err)
-	}
-	return s
-}
 
 // Hand-crafted wire bytes, for what a marshaller never writes: several
 // kinds in one Value, duplicate keys, unknown fields, truncations.
@@ -184,8 +170,8 @@ func TestWireMergesRepeatedMessagesAsProtobuf(t *testing.T) {
 	// Resource. No marshaller splits a message, but protobuf allows it, and
 	// the wire readers merge as it does.
 
-	a := wiretest.Marshalled(t, structOf(t, map[string]any{"a": 1}))
-	b := wiretest.Marshalled(t, structOf(t, map[string]any{"b": 2}))
+	a := wiretest.Marshalled(t, wiretest.StructOf(t, map[string]any{"a": 1}))
+	b := wiretest.Marshalled(t, wiretest.StructOf(t, map[string]any{"b": 2}))
 	cases := map[string]struct {
 		reason string
 		wire   []byte
@@ -203,27 +189,14 @@ func TestWireMergesRepeatedMessagesAsProtobuf(t *testing.T) {
 		},
 		"EntryValueTwice": {
 			reason: "Two values of one entry merge into one value.",
-			wire: wiretest.BytesField(protowire.Number(wire.KindStruct), wiretest.BytesField(1, wiretest.Cat(wiretest.BytesField(mapKeyField, []byte("k")),
-				wiretest.BytesField(mapValueField, wiretest.BytesField(protowire.Number(wire.KindStruct), a)),
-				wiretest.BytesField(mapValueField, wiretest.BytesField(protowire.Number(wire.KindStruct), b))))),
+			wire: wiretest.BytesField(protowire.Number(wire.KindStruct), wiretest.BytesField(1, wiretest.Cat(wiretest.BytesField(1, []byte("k")),
+				wiretest.BytesField(2, wiretest.BytesField(protowire.Number(wire.KindStruct), a)),
+				wiretest.BytesField(2, wiretest.BytesField(protowire.Number(wire.KindStruct), b))))),
 			read: func(w []byte) (any, error) {
 				var r structReader
 				return r.decoded(wire.ParseValue(w), ""), r.err
 			},
 			want: &structpb.Value{},
-		},
-		"ResourceStructTwice": {
-			reason: "Two resources of one Resource merge into one Struct.",
-			wire:   wiretest.Cat(wiretest.BytesField(1, a), wiretest.BytesField(1, b)),
-			read: func(w []byte) (any, error) {
-				s, err := resourceStruct(w)
-				if err != nil {
-					return nil, err
-				}
-				var r structReader
-				return r.decoded(wire.Value{Kind: wire.KindStruct, Raw: s}, ""), r.err
-			},
-			want: &fnv1.Resource{},
 		},
 	}
 	for name, tc := range cases {
@@ -260,17 +233,17 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 	tb.Helper()
 	at := time.Date(2026, 10, 20, 20, 8, 0, 0, time.UTC)
 	// One replica with its pod templates, for the reader to skip.
-	replica := structOf(tb, fx.Replica("m", "a", 3).Engines(fx.PinnedGang("main", "h100", 2, fx.Stamped(4))).PodsScheduled("True", at).Obj())
+	replica := wiretest.StructOf(tb, fx.Replica("m", "a", 3).Engines(fx.PinnedGang("main", "h100", 2, fx.Stamped(4))).PodsScheduled("True", at).Obj())
 	small := fx.Replica("other", "b", 0).Obj()
 	small.Spec.Engines[0].Members[0].Template = nil
-	standalone := structOf(tb, small)
-	cluster := structOf(tb, fx.Cluster("a").Taint("gpu", "x", "NoSchedule").PlacementLabels(map[string]string{"region": "eu"}).Hostname("a.example.com").
+	standalone := wiretest.StructOf(tb, small)
+	cluster := wiretest.StructOf(tb, fx.Cluster("a").Taint("gpu", "x", "NoSchedule").PlacementLabels(map[string]string{"region": "eu"}).Hostname("a.example.com").
 		Pools(fx.Pool("h100", 4).Devices(fx.GPU("gpu", 8, "80Gi")).Observed(at, 3, fx.NodesFree(2, "gpu", 8)).Obj()).Obj())
 	req := &fnv1.RunFunctionRequest{
 		Meta:  &fnv1.RequestMeta{Tag: "t"},
-		Input: structOf(tb, map[string]any{"observationMaxAge": "5m"}),
+		Input: wiretest.StructOf(tb, map[string]any{"observationMaxAge": "5m"}),
 		RequiredResources: map[string]*fnv1.Resources{
-			requiredClusters: {Items: []*fnv1.Resource{{Resource: structOf(tb, map[string]any{"metadata": map[string]any{"name": "a"}})}}},
+			requiredClusters: {Items: []*fnv1.Resource{{Resource: wiretest.StructOf(tb, map[string]any{"metadata": map[string]any{"name": "a"}})}}},
 			requiredReplicas: {Items: []*fnv1.Resource{{Resource: standalone}}},
 			requiredCache:    {},
 		},
@@ -324,12 +297,13 @@ func FuzzReadWire(f *testing.F) {
 		_ = nameOf(b)
 
 		req := &fnv1.RunFunctionRequest{}
-		if err := unmarshalRequest(b, req); err != nil {
+		if err := testCodec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, req); err != nil {
 			return
 		}
+		defer testCodec.Release(req)
 		// The fleet left on the wire is read as readFleet reads it.
 		for _, key := range []string{requiredClusters, requiredReplicas} {
-			items, err := wireItems(req.GetRequiredResources()[key])
+			items, err := codec.All(req.GetRequiredResources()[key])
 			if err != nil {
 				continue
 			}
@@ -409,91 +383,15 @@ func TestFuzzSeedsRead(t *testing.T) {
 		t.Errorf("seed 2: readClusterWire(...): error %v", err)
 	}
 	req := &fnv1.RunFunctionRequest{}
-	if err := unmarshalRequest(seeds[4], req); err != nil {
-		t.Fatalf("seed 4: unmarshalRequest(...): %v", err)
+	if err := testCodec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(seeds[4])}, req); err != nil {
+		t.Fatalf("seed 4: Unmarshal(...): %v", err)
 	}
-	items, err := wireItems(req.GetRequiredResources()[requiredReplicas])
+	defer testCodec.Release(req)
+	items, err := codec.All(req.GetRequiredResources()[requiredReplicas])
 	if err != nil || len(items) != 1 {
-		t.Errorf("seed 4: wireItems(...): %d items, error %v", len(items), err)
+		t.Errorf("seed 4: codec.All(...): %d items, error %v", len(items), err)
 	}
 	if diff := cmp.Diff(&fnv1.RequestMeta{Tag: "t"}, req.GetMeta(), protocmp.Transform()); diff != "" {
-		t.Errorf("seed 4: unmarshalRequest(...) meta: -want, +got:\n%s", diff)
-	}
-}
-
-func TestItemReader(t *testing.T) {
-	// An item of n bytes of Struct, as the codec leaves it on the wire:
-	// a Resource whose field 1 is the Struct.
-	item := func(i, n int) ([]byte, []byte) {
-		s := wiretest.StructEntry(fmt.Sprintf("k%d", i), bytes.Repeat([]byte{'x'}, n))
-		return s, wiretest.BytesField(itemsField, wiretest.BytesField(1, s))
-	}
-	type want struct {
-		items [][]byte
-		err   bool
-	}
-	decoded := structOf(t, map[string]any{"kind": "Decoded"})
-	decodedWire, err := proto.Marshal(decoded)
-	if err != nil {
-		t.Fatalf("proto.Marshal(...): %v", err)
-	}
-	many := want{}
-	var manyWire []byte
-	// Items over several batches, some straddling a batch's end.
-	for i := range 3 * warmBatchBytes / 20_000 {
-		s, w := item(i, 20_000)
-		many.items = append(many.items, s)
-		manyWire = append(manyWire, w...)
-	}
-	good, goodWire := item(0, 10)
-	cases := map[string]struct {
-		reason  string
-		decoded []*fnv1.Resource
-		wire    []byte
-		want    want
-	}{
-		"ManyBatches": {
-			reason: "Every item of a fleet bigger than a batch comes, in order.",
-			wire:   manyWire,
-			want:   many,
-		},
-		"DecodedFirst": {
-			reason:  "Decoded items come first, encoded back, then those on the wire.",
-			decoded: []*fnv1.Resource{{Resource: decoded}},
-			wire:    goodWire,
-			want:    want{items: [][]byte{decodedWire, good}},
-		},
-		"OtherFields": {
-			reason: "Fields of Resources other than its items are skipped.",
-			wire:   wiretest.Cat(wiretest.VarintField(5, 1), goodWire),
-			want:   want{items: [][]byte{good}},
-		},
-		"TruncatedAfterAnItem": {
-			reason: "An item the wire does not frame is an error when the reader gets to it, after the items before it.",
-			wire:   wiretest.Cat(goodWire, goodWire[:len(goodWire)-1]),
-			want:   want{items: [][]byte{good}, err: true},
-		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			res := &fnv1.Resources{Items: tc.decoded}
-			res.ProtoReflect().SetUnknown(tc.wire)
-			it := newItemReader(res)
-			var got want
-			for {
-				b, ok, err := it.next()
-				if err != nil {
-					got.err = true
-					break
-				}
-				if !ok {
-					break
-				}
-				got.items = append(got.items, b)
-			}
-			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{}), cmp.Comparer(bytes.Equal)); diff != "" {
-				t.Errorf("%s\nnext(): -want, +got:\n%s", tc.reason, diff)
-			}
-		})
+		t.Errorf("seed 4: Unmarshal(...) meta: -want, +got:\n%s", diff)
 	}
 }

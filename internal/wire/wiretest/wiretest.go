@@ -4,8 +4,10 @@
 package wiretest
 
 import (
+	"encoding/json"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -59,4 +61,18 @@ func ValueOf(tb testing.TB, v any) *structpb.Value {
 		tb.Fatalf("structpb.NewValue(%v): %v", v, err)
 	}
 	return pv
+}
+
+// StructOf is an object, as JSON sees it, as a google.protobuf.Struct.
+func StructOf(tb testing.TB, obj any) *structpb.Struct {
+	tb.Helper()
+	b, err := json.Marshal(obj)
+	if err != nil {
+		tb.Fatalf("json.Marshal(...): %v", err)
+	}
+	s := &structpb.Struct{}
+	if err := protojson.Unmarshal(b, s); err != nil {
+		tb.Fatalf("protojson.Unmarshal(...): %v", err)
+	}
+	return s
 }

@@ -1,13 +1,10 @@
-package main
+package codec
 
 import (
 	"bytes"
-	"context"
-	"runtime"
 	"slices"
 	"testing"
 	"time"
-	"weak"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -18,7 +15,6 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/crossplane/function-sdk-go/logging"
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
@@ -35,11 +31,11 @@ func itemsOf(ss ...*structpb.Struct) *fnv1.Resources {
 	return out
 }
 
-// wireStructs are a required resource's items as wireItems reads them,
+// wireStructs are a required resource's items as All reads them,
 // decoded back into Structs to compare.
 func wireStructs(t *testing.T, res *fnv1.Resources) ([]*structpb.Struct, error) {
 	t.Helper()
-	items, err := wireItems(res)
+	items, err := All(res)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +52,24 @@ func wireStructs(t *testing.T, res *fnv1.Resources) ([]*structpb.Struct, error) 
 
 // isFleet is whether the request codec leaves a required resource's items
 // on the wire.
-func isFleet(key string) bool { return key == requiredClusters || key == requiredReplicas }
+func isFleet(key string) bool { return key == fleetClusters || key == fleetReplicas }
+
+// The required resources of the test requests: two the codec leaves on the
+// wire, as the function's codec leaves its fleet, and one it decodes.
+const (
+	fleetClusters = "clusters"
+	fleetReplicas = "all-replicas"
+	otherRequired = "cache"
+)
+
+// testCodec is a codec that leaves the test fleet on the wire.
+func testCodec(t *testing.T) *Codec {
+	t.Helper()
+	defaultCodec(t)
+	return New(fleetClusters, fleetReplicas)
+}
+
+var now = time.Date(2026, 10, 20, 20, 8, 0, 0, time.UTC)
 
 // withFleetDecoded is the request with the fleet's items decoded, as
 // protobuf would have decoded them.
@@ -69,7 +82,7 @@ func withFleetDecoded(t *testing.T, req *fnv1.RunFunctionRequest) *fnv1.RunFunct
 		}
 		items, err := wireStructs(t, res)
 		if err != nil {
-			t.Fatalf("wireItems(%q): %v", key, err)
+			t.Fatalf("All(%q): %v", key, err)
 		}
 		out.RequiredResources[key] = itemsOf(items...)
 	}
@@ -86,24 +99,24 @@ type codecFixture struct {
 func newCodecFixture(t *testing.T) codecFixture {
 	t.Helper()
 	f := codecFixture{
-		clusters: []*structpb.Struct{structOf(t, fx.Cluster("a").Obj()), structOf(t, fx.Cluster("b").NotReady().Obj())},
+		clusters: []*structpb.Struct{wiretest.StructOf(t, fx.Cluster("a").Obj()), wiretest.StructOf(t, fx.Cluster("b").NotReady().Obj())},
 		replicas: []*structpb.Struct{
-			structOf(t, fx.Replica("m", "a", 0).Engines(fx.PinnedGang("main", "h100", 2, fx.Stamped(4))).PodsScheduled("True", now).Obj()),
-			structOf(t, fx.Replica("m", "b", 1).Obj()),
-			structOf(t, fx.Replica("other", "a", 0).Namespace("elsewhere").Obj()),
+			wiretest.StructOf(t, fx.Replica("m", "a", 0).Engines(fx.PinnedGang("main", "h100", 2, fx.Stamped(4))).PodsScheduled("True", now).Obj()),
+			wiretest.StructOf(t, fx.Replica("m", "b", 1).Obj()),
+			wiretest.StructOf(t, fx.Replica("other", "a", 0).Namespace("elsewhere").Obj()),
 		},
-		cache: structOf(t, map[string]any{"apiVersion": v1alpha1.APIVersion, "kind": v1alpha1.KindModelCache, "metadata": map[string]any{"name": "qwen", "namespace": fx.Namespace}}),
+		cache: wiretest.StructOf(t, map[string]any{"apiVersion": v1alpha1.APIVersion, "kind": v1alpha1.KindModelCache, "metadata": map[string]any{"name": "qwen", "namespace": fx.Namespace}}),
 	}
 	f.req = &fnv1.RunFunctionRequest{
 		Meta:     &fnv1.RequestMeta{Tag: "t"},
-		Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: structOf(t, fx.Deployment("m").Cache("qwen").Obj())}},
+		Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: wiretest.StructOf(t, fx.Deployment("m").Cache("qwen").Obj())}},
 		Desired:  &fnv1.State{Resources: map[string]*fnv1.Resource{"r": {Resource: f.replicas[0], Ready: fnv1.Ready_READY_TRUE}}},
-		Input:    structOf(t, map[string]any{"apiVersion": "fleet.fn.modelplane.ai/v1beta1", "kind": "Input", "observationMaxAge": "5m"}),
-		Context:  structOf(t, map[string]any{"k": "v"}),
+		Input:    wiretest.StructOf(t, map[string]any{"apiVersion": "fleet.fn.modelplane.ai/v1beta1", "kind": "Input", "observationMaxAge": "5m"}),
+		Context:  wiretest.StructOf(t, map[string]any{"k": "v"}),
 		RequiredResources: map[string]*fnv1.Resources{
-			requiredClusters: itemsOf(f.clusters...),
-			requiredReplicas: itemsOf(f.replicas...),
-			requiredCache:    itemsOf(f.cache),
+			fleetClusters: itemsOf(f.clusters...),
+			fleetReplicas: itemsOf(f.replicas...),
+			otherRequired: itemsOf(f.cache),
 		},
 	}
 	return f
@@ -143,9 +156,9 @@ func TestUnmarshalRequest(t *testing.T) {
 	type want struct {
 		// req is the request decoded, its fleet's items aside.
 		req *fnv1.RunFunctionRequest
-		// items are each required resource's items, through wireItems.
+		// items are each required resource's items, through All.
 		items map[string][]*structpb.Struct
-		// itemsErr names a required resource whose items wireItems refuses.
+		// itemsErr names a required resource whose items All refuses.
 		itemsErr string
 		err      bool
 	}
@@ -159,55 +172,55 @@ func TestUnmarshalRequest(t *testing.T) {
 			wire:   full,
 			want: want{
 				req:   withoutFleetItems(f.req),
-				items: map[string][]*structpb.Struct{requiredClusters: f.clusters, requiredReplicas: f.replicas, requiredCache: {f.cache}},
+				items: map[string][]*structpb.Struct{fleetClusters: f.clusters, fleetReplicas: f.replicas, otherRequired: {f.cache}},
 			},
 		},
 		"ReplicasEntryWithoutValue": {
 			reason: "A map entry of a key and no value is a resolved resource of no items.",
-			wire:   wiretest.Cat(only(map[string]*fnv1.Resources{requiredClusters: itemsOf(f.clusters[0])}), wiretest.BytesField(requiredResourcesField, wiretest.BytesField(mapKeyField, []byte(requiredReplicas)))),
+			wire:   wiretest.Cat(only(map[string]*fnv1.Resources{fleetClusters: itemsOf(f.clusters[0])}), wiretest.BytesField(requiredResourcesField, wiretest.BytesField(mapKeyField, []byte(fleetReplicas)))),
 			want: want{
-				req:   &fnv1.RunFunctionRequest{RequiredResources: map[string]*fnv1.Resources{requiredClusters: {}, requiredReplicas: {}}},
-				items: map[string][]*structpb.Struct{requiredClusters: {f.clusters[0]}, requiredReplicas: nil},
+				req:   &fnv1.RunFunctionRequest{RequiredResources: map[string]*fnv1.Resources{fleetClusters: {}, fleetReplicas: {}}},
+				items: map[string][]*structpb.Struct{fleetClusters: {f.clusters[0]}, fleetReplicas: nil},
 			},
 		},
 		"ReplicasResolvedEmpty": {
 			reason: "An entry of no items, as a marshaller writes it, is a resolved resource of no items.",
-			wire:   only(map[string]*fnv1.Resources{requiredReplicas: {}}),
+			wire:   only(map[string]*fnv1.Resources{fleetReplicas: {}}),
 			want: want{
-				req:   &fnv1.RunFunctionRequest{RequiredResources: map[string]*fnv1.Resources{requiredReplicas: {}}},
-				items: map[string][]*structpb.Struct{requiredReplicas: nil},
+				req:   &fnv1.RunFunctionRequest{RequiredResources: map[string]*fnv1.Resources{fleetReplicas: {}}},
+				items: map[string][]*structpb.Struct{fleetReplicas: nil},
 			},
 		},
 		"DuplicateKeysLastWins": {
 			reason: "Of two entries of a key, the last wins, as in any map, whether its items stay on the wire or not.",
 			wire: wiretest.Cat(full, only(map[string]*fnv1.Resources{
-				requiredClusters: itemsOf(f.clusters[1]),
-				requiredReplicas: {},
-				requiredCache:    itemsOf(f.clusters[0]),
+				fleetClusters: itemsOf(f.clusters[1]),
+				fleetReplicas: {},
+				otherRequired: itemsOf(f.clusters[0]),
 			})),
 			want: want{
 				req: func() *fnv1.RunFunctionRequest {
 					req := withoutFleetItems(f.req)
-					req.RequiredResources[requiredCache] = itemsOf(f.clusters[0])
+					req.RequiredResources[otherRequired] = itemsOf(f.clusters[0])
 					return req
 				}(),
-				items: map[string][]*structpb.Struct{requiredClusters: {f.clusters[1]}, requiredReplicas: nil, requiredCache: {f.clusters[0]}},
+				items: map[string][]*structpb.Struct{fleetClusters: {f.clusters[1]}, fleetReplicas: nil, otherRequired: {f.clusters[0]}},
 			},
 		},
 		"EntryValueBeforeKey": {
 			reason: "A map entry's value may come before its key.",
-			wire:   wiretest.BytesField(requiredResourcesField, wiretest.Cat(wiretest.BytesField(mapValueField, wiretest.Marshalled(t, itemsOf(f.clusters...))), wiretest.BytesField(mapKeyField, []byte(requiredClusters)))),
+			wire:   wiretest.BytesField(requiredResourcesField, wiretest.Cat(wiretest.BytesField(mapValueField, wiretest.Marshalled(t, itemsOf(f.clusters...))), wiretest.BytesField(mapKeyField, []byte(fleetClusters)))),
 			want: want{
-				req:   &fnv1.RunFunctionRequest{RequiredResources: map[string]*fnv1.Resources{requiredClusters: {}}},
-				items: map[string][]*structpb.Struct{requiredClusters: f.clusters},
+				req:   &fnv1.RunFunctionRequest{RequiredResources: map[string]*fnv1.Resources{fleetClusters: {}}},
+				items: map[string][]*structpb.Struct{fleetClusters: f.clusters},
 			},
 		},
 		"NoFleet": {
 			reason: "A request whose fleet is not resolved yet has no clusters or replicas, not empty ones.",
-			wire:   only(map[string]*fnv1.Resources{requiredCache: itemsOf(f.cache)}),
+			wire:   only(map[string]*fnv1.Resources{otherRequired: itemsOf(f.cache)}),
 			want: want{
-				req:   &fnv1.RunFunctionRequest{RequiredResources: map[string]*fnv1.Resources{requiredCache: itemsOf(f.cache)}},
-				items: map[string][]*structpb.Struct{requiredCache: {f.cache}},
+				req:   &fnv1.RunFunctionRequest{RequiredResources: map[string]*fnv1.Resources{otherRequired: itemsOf(f.cache)}},
+				items: map[string][]*structpb.Struct{otherRequired: {f.cache}},
 			},
 		},
 		"Empty": {
@@ -215,11 +228,11 @@ func TestUnmarshalRequest(t *testing.T) {
 			want:   want{req: &fnv1.RunFunctionRequest{}},
 		},
 		"FleetItemsMalformed": {
-			reason: "The fleet's items are only read when wireItems reads them: bytes that are not a Resources fail there.",
-			wire:   wiretest.BytesField(requiredResourcesField, wiretest.Cat(wiretest.BytesField(mapKeyField, []byte(requiredClusters)), wiretest.BytesField(mapValueField, []byte{0x0a, 0x09, 'x'}))),
+			reason: "The fleet's items are only read when All reads them: bytes that are not a Resources fail there.",
+			wire:   wiretest.BytesField(requiredResourcesField, wiretest.Cat(wiretest.BytesField(mapKeyField, []byte(fleetClusters)), wiretest.BytesField(mapValueField, []byte{0x0a, 0x09, 'x'}))),
 			want: want{
-				req:      &fnv1.RunFunctionRequest{RequiredResources: map[string]*fnv1.Resources{requiredClusters: {}}},
-				itemsErr: requiredClusters,
+				req:      &fnv1.RunFunctionRequest{RequiredResources: map[string]*fnv1.Resources{fleetClusters: {}}},
+				itemsErr: fleetClusters,
 			},
 		},
 		"Truncated": {
@@ -239,14 +252,14 @@ func TestUnmarshalRequest(t *testing.T) {
 		},
 		"OtherFieldMalformed": {
 			reason: "A field protobuf decodes that is not protobuf is an error.",
-			wire:   wiretest.Cat(only(map[string]*fnv1.Resources{requiredClusters: itemsOf(f.clusters...)}), wiretest.BytesField(1, []byte{0xff})),
+			wire:   wiretest.Cat(only(map[string]*fnv1.Resources{fleetClusters: itemsOf(f.clusters...)}), wiretest.BytesField(1, []byte{0xff})),
 			want:   want{err: true},
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			got := &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: "stale"}} // a message reused: nothing of it may survive
-			err := unmarshalRequest(tc.wire, got)
+			err := testCodec(t).unmarshalRequest(tc.wire, got)
 			if (err != nil) != tc.want.err {
 				t.Fatalf("%s\nunmarshalRequest(...): want error %t, got %v", tc.reason, tc.want.err, err)
 			}
@@ -264,16 +277,16 @@ func TestUnmarshalRequest(t *testing.T) {
 			for key, want := range tc.want.items {
 				items, err := wireStructs(t, got.GetRequiredResources()[key])
 				if err != nil {
-					t.Errorf("%s\nwireItems(%q): %v", tc.reason, key, err)
+					t.Errorf("%s\nAll(%q): %v", tc.reason, key, err)
 					continue
 				}
 				if diff := cmp.Diff(want, items, protocmp.Transform(), cmpopts.EquateEmpty()); diff != "" {
-					t.Errorf("%s\nwireItems(%q): -want, +got:\n%s", tc.reason, key, diff)
+					t.Errorf("%s\nAll(%q): -want, +got:\n%s", tc.reason, key, diff)
 				}
 			}
 			if tc.want.itemsErr != "" {
-				if _, err := wireItems(got.GetRequiredResources()[tc.want.itemsErr]); err == nil {
-					t.Errorf("%s\nwireItems(%q): want an error, got none", tc.reason, tc.want.itemsErr)
+				if _, err := All(got.GetRequiredResources()[tc.want.itemsErr]); err == nil {
+					t.Errorf("%s\nAll(%q): want an error, got none", tc.reason, tc.want.itemsErr)
 				}
 				return
 			}
@@ -297,7 +310,7 @@ func TestUnmarshalRequestMergesLikeProtobuf(t *testing.T) {
 
 	f := newCodecFixture(t)
 	wire := wiretest.BytesField(requiredResourcesField, wiretest.Cat(
-		wiretest.BytesField(mapKeyField, []byte(requiredClusters)),
+		wiretest.BytesField(mapKeyField, []byte(fleetClusters)),
 		wiretest.BytesField(mapValueField, wiretest.Marshalled(t, itemsOf(f.clusters[0]))),
 		wiretest.BytesField(mapValueField, wiretest.Marshalled(t, itemsOf(f.clusters[1]))),
 	))
@@ -306,7 +319,7 @@ func TestUnmarshalRequestMergesLikeProtobuf(t *testing.T) {
 		t.Fatalf("proto.Unmarshal(...): %v", err)
 	}
 	got := &fnv1.RunFunctionRequest{}
-	if err := unmarshalRequest(wire, got); err != nil {
+	if err := testCodec(t).unmarshalRequest(wire, got); err != nil {
 		t.Fatalf("unmarshalRequest(...): %v", err)
 	}
 	if diff := cmp.Diff(pb, withFleetDecoded(t, got), protocmp.Transform()); diff != "" {
@@ -318,7 +331,7 @@ func TestUnmarshalRequestMergesLikeProtobuf(t *testing.T) {
 func defaultCodec(t *testing.T) encoding.CodecV2 {
 	t.Helper()
 	c := encoding.GetCodecV2(grpcproto.Name)
-	if _, ok := c.(requestCodec); ok {
+	if _, ok := c.(*Codec); ok {
 		t.Fatalf("the %q codec registered is the request codec: gRPC's own is no longer there to compare with", grpcproto.Name)
 	}
 	return c
@@ -326,7 +339,7 @@ func defaultCodec(t *testing.T) encoding.CodecV2 {
 
 func TestRequestCodecName(t *testing.T) {
 	// gRPC picks the codec by name: the request codec must replace "proto".
-	c := requestCodec{CodecV2: defaultCodec(t)}
+	c := testCodec(t)
 	if diff := cmp.Diff(grpcproto.Name, c.Name()); diff != "" {
 		t.Errorf("Name(): -want, +got:\n%s", diff)
 	}
@@ -336,10 +349,10 @@ func TestRequestCodecUnmarshalRequest(t *testing.T) {
 	f := newCodecFixture(t)
 	b := wiretest.Marshalled(t, f.req)
 	want := &fnv1.RunFunctionRequest{}
-	if err := unmarshalRequest(bytes.Clone(b), want); err != nil {
+	if err := testCodec(t).unmarshalRequest(bytes.Clone(b), want); err != nil {
 		t.Fatalf("unmarshalRequest(...): %v", err)
 	}
-	c := requestCodec{CodecV2: defaultCodec(t)}
+	c := testCodec(t)
 	cases := map[string]struct {
 		reason string
 		data   mem.BufferSlice
@@ -377,11 +390,11 @@ func TestRequestCodecOtherMessages(t *testing.T) {
 		Results: []*fnv1.Result{{Severity: fnv1.Severity_SEVERITY_WARNING, Message: "careful", Target: fnv1.Target_TARGET_COMPOSITE.Enum()}},
 		Context: f.req.GetContext(),
 		Requirements: &fnv1.Requirements{Resources: map[string]*fnv1.ResourceSelector{
-			requiredClusters: clusterSelector(map[string]string{"tier": "prod"}),
+			fleetClusters: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindInferenceCluster, Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{"tier": "prod"}}}},
 		}},
 	}
 	def := defaultCodec(t)
-	c := requestCodec{CodecV2: def}
+	c := testCodec(t)
 	cases := map[string]struct {
 		reason string
 		msg    proto.Message
@@ -432,7 +445,7 @@ func TestRequestCodecOtherMessages(t *testing.T) {
 
 func TestRequestCodecNotAMessage(t *testing.T) {
 	// What gRPC's codec refuses, the request codec refuses.
-	c := requestCodec{CodecV2: defaultCodec(t)}
+	c := testCodec(t)
 	var notAMessage struct{}
 	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer{}}, &notAMessage); err == nil {
 		t.Errorf("Unmarshal(..., %T): want an error, got none", &notAMessage)
@@ -445,20 +458,20 @@ func TestRequestCodecCopiesInput(t *testing.T) {
 	f := newCodecFixture(t)
 	b := wiretest.Marshalled(t, f.req)
 	got := &fnv1.RunFunctionRequest{}
-	c := requestCodec{CodecV2: defaultCodec(t)}
+	c := testCodec(t)
 	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, got); err != nil {
 		t.Fatalf("Unmarshal(...): %v", err)
 	}
 	for i := range b {
 		b[i] = 0xff
 	}
-	for key, want := range map[string][]*structpb.Struct{requiredClusters: f.clusters, requiredReplicas: f.replicas} {
+	for key, want := range map[string][]*structpb.Struct{fleetClusters: f.clusters, fleetReplicas: f.replicas} {
 		items, err := wireStructs(t, got.GetRequiredResources()[key])
 		if err != nil {
-			t.Fatalf("wireItems(%q) after the input was overwritten: %v", key, err)
+			t.Fatalf("All(%q) after the input was overwritten: %v", key, err)
 		}
 		if diff := cmp.Diff(want, items, protocmp.Transform()); diff != "" {
-			t.Errorf("wireItems(%q) after the input was overwritten: -want, +got:\n%s", key, diff)
+			t.Errorf("All(%q) after the input was overwritten: -want, +got:\n%s", key, diff)
 		}
 	}
 
@@ -466,12 +479,12 @@ func TestRequestCodecCopiesInput(t *testing.T) {
 	// the copy necessary, and this test able to tell.
 	b = wiretest.Marshalled(t, f.req)
 	direct := &fnv1.RunFunctionRequest{}
-	if err := unmarshalRequest(b, direct); err != nil {
+	if err := testCodec(t).unmarshalRequest(b, direct); err != nil {
 		t.Fatalf("unmarshalRequest(...): %v", err)
 	}
-	before, err := wireItems(direct.GetRequiredResources()[requiredClusters])
+	before, err := All(direct.GetRequiredResources()[fleetClusters])
 	if err != nil {
-		t.Fatalf("wireItems(%q): %v", requiredClusters, err)
+		t.Fatalf("All(%q): %v", fleetClusters, err)
 	}
 	before = slices.Collect(func(yield func([]byte) bool) {
 		for _, item := range before {
@@ -483,192 +496,7 @@ func TestRequestCodecCopiesInput(t *testing.T) {
 	for i := range b {
 		b[i] = 0xff
 	}
-	if after, err := wireItems(direct.GetRequiredResources()[requiredClusters]); err == nil && cmp.Equal(before, after) {
+	if after, err := All(direct.GetRequiredResources()[fleetClusters]); err == nil && cmp.Equal(before, after) {
 		t.Errorf("unmarshalRequest(...): items unchanged by overwriting its input; the test no longer tells whether the codec copies")
-	}
-}
-
-// lentTo is the buffer requestCopies lent to req, if any.
-func lentTo(req *fnv1.RunFunctionRequest) ([]byte, bool) {
-	requestCopies.mu.Lock()
-	defer requestCopies.mu.Unlock()
-	b, ok := requestCopies.lent[weak.Make(req)]
-	return b, ok
-}
-
-// lentCount is how many copies requestCopies has lent.
-func lentCount() int {
-	requestCopies.mu.Lock()
-	defer requestCopies.mu.Unlock()
-	return len(requestCopies.lent)
-}
-
-func TestRequestCopiesRecycled(t *testing.T) {
-	// The buffer a request was decoded into comes back when RunFunction is
-	// done with it, and the next request is decoded into it, as if new.
-	c := requestCodec{CodecV2: defaultCodec(t)}
-	big := newCodecFixture(t).req
-	small := proto.CloneOf(big)
-	small.RequiredResources[requiredReplicas] = itemsOf(structOf(t, fx.Replica("m", "b", 1).Obj()))
-	f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }}
-	requestCopies.drain()
-
-	first := &fnv1.RunFunctionRequest{}
-	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wiretest.Marshalled(t, big))}, first); err != nil {
-		t.Fatalf("Unmarshal(...): %v", err)
-	}
-	firstCopy, ok := lentTo(first)
-	if !ok {
-		t.Fatalf("Unmarshal(...): the request's copy is not lent to it")
-	}
-	if _, err := f.RunFunction(context.Background(), first); err != nil {
-		t.Fatalf("RunFunction(...): %v", err)
-	}
-	if _, ok := lentTo(first); ok {
-		t.Errorf("RunFunction(...): the request's copy is still lent to it")
-	}
-	// Its fleet, which aliased the copy, is gone with it.
-	for _, key := range []string{requiredClusters, requiredReplicas} {
-		if items, err := wireItems(first.GetRequiredResources()[key]); err != nil || len(items) > 0 {
-			t.Errorf("RunFunction(...): the request still has %d %s items (error %v), read from a copy it gave back", len(items), key, err)
-		}
-	}
-	if got, want := requestCopies.idleBytes(), cap(firstCopy); got != want {
-		t.Errorf("idleBytes() after RunFunction: got %d, want the request's copy, %d", got, want)
-	}
-
-	second := &fnv1.RunFunctionRequest{}
-	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wiretest.Marshalled(t, small))}, second); err != nil {
-		t.Fatalf("Unmarshal(...): %v", err)
-	}
-	secondCopy, _ := lentTo(second)
-	if len(secondCopy) == 0 || &secondCopy[0] != &firstCopy[0] {
-		t.Errorf("Unmarshal(...) of a smaller request: not decoded into the idle copy")
-	}
-	// Decoded into what the first request left, it reads as new.
-	fresh := &fnv1.RunFunctionRequest{}
-	if err := unmarshalRequest(wiretest.Marshalled(t, small), fresh); err != nil {
-		t.Fatalf("unmarshalRequest(...): %v", err)
-	}
-	if diff := cmp.Diff(fresh, second, protocmp.Transform()); diff != "" {
-		t.Errorf("Unmarshal(...) into a recycled copy: a fresh decoding's -want, +got:\n%s", diff)
-	}
-	want, err := f.RunFunction(context.Background(), fresh)
-	if err != nil {
-		t.Fatalf("RunFunction(...): %v", err)
-	}
-	got, err := f.RunFunction(context.Background(), second)
-	if err != nil {
-		t.Fatalf("RunFunction(...): %v", err)
-	}
-	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
-		t.Errorf("RunFunction(...) of a request in a recycled copy: a fresh decoding's -want, +got:\n%s", diff)
-	}
-}
-
-func TestRequestCopiesNotDecoded(t *testing.T) {
-	// A request that does not decode aliases nothing: its copy is idle at
-	// once.
-	c := requestCodec{CodecV2: defaultCodec(t)}
-	requestCopies.drain()
-	before := lentCount()
-	garbage := []byte{0xff, 0xff, 0xff}
-	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(garbage)}, &fnv1.RunFunctionRequest{}); err == nil {
-		t.Fatalf("Unmarshal(%x): want an error, got none", garbage)
-	}
-	if got := lentCount(); got != before {
-		t.Errorf("Unmarshal(%x): %d copies lent, want %d", garbage, got, before)
-	}
-	if got := requestCopies.idleBytes(); got < len(garbage) {
-		t.Errorf("Unmarshal(%x): %d bytes idle, want the copy's", garbage, got)
-	}
-}
-
-func TestRequestCopiesNeverRun(t *testing.T) {
-	// A request decoded but never handed to RunFunction (an interceptor
-	// refused the call) lets its copy go with it.
-	c := requestCodec{CodecV2: defaultCodec(t)}
-	b := wiretest.Marshalled(t, newCodecFixture(t).req)
-	key := func() weak.Pointer[fnv1.RunFunctionRequest] {
-		req := &fnv1.RunFunctionRequest{}
-		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, req); err != nil {
-			t.Fatalf("Unmarshal(...): %v", err)
-		}
-		if _, ok := lentTo(req); !ok {
-			t.Fatalf("Unmarshal(...): the request's copy is not lent to it")
-		}
-		return weak.Make(req)
-	}()
-	lent := func() bool {
-		requestCopies.mu.Lock()
-		defer requestCopies.mu.Unlock()
-		_, ok := requestCopies.lent[key]
-		return ok
-	}
-	// Cleanups run after a collection, in their own goroutine.
-	for range 100 {
-		if !lent() {
-			return
-		}
-		runtime.GC()
-		time.Sleep(time.Millisecond)
-	}
-	t.Errorf("after the request was collected: its copy is still lent to it")
-}
-
-func TestCopyPool(t *testing.T) {
-	type want struct {
-		caps []int
-	}
-	cases := map[string]struct {
-		reason string
-		idle   []int
-		get    int
-		want   want
-	}{
-		"KeepsTheLatest": {
-			reason: "Of more idle buffers than it keeps, the pool keeps those given back last.",
-			idle:   []int{10, 30, 20},
-			want:   want{caps: []int{20, 30}},
-		},
-		"SmallestThatFits": {
-			reason: "A buffer is taken from the smallest idle one that holds it.",
-			idle:   []int{30, 20},
-			get:    15,
-			want:   want{caps: []int{30}},
-		},
-		"NoneFits": {
-			reason: "When no idle buffer holds it, a buffer is new and the idle ones stay.",
-			idle:   []int{30, 20},
-			get:    40,
-			want:   want{caps: []int{20, 30}},
-		},
-		"OversizedDropped": {
-			reason: "An idle buffer over twice the size asked for is of a fleet since shrunk: dropped, not kept or used.",
-			idle:   []int{100, 20},
-			get:    15,
-			want:   want{},
-		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			p := &copyPool{}
-			for _, n := range tc.idle {
-				p.put(make([]byte, n))
-			}
-			if tc.get > 0 {
-				if b := p.get(tc.get); len(b) != tc.get {
-					t.Errorf("%s\nget(%d): %d bytes", tc.reason, tc.get, len(b))
-				}
-			}
-			var caps []int
-			for _, b := range p.idle {
-				caps = append(caps, cap(b))
-			}
-			slices.Sort(caps)
-			if diff := cmp.Diff(tc.want.caps, caps); diff != "" {
-				t.Errorf("%s\nidle buffers' capacities: -want, +got:\n%s", tc.reason, diff)
-			}
-		})
 	}
 }
