@@ -31,6 +31,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 	"github.com/modelplaneai/fleet-scheduler/sim"
 )
@@ -313,7 +314,7 @@ type benchServer struct {
 
 func newBenchServer() *benchServer {
 	return &benchServer{
-		fn:    &Function{now: func() time.Time { return benchNow }, caches: newCaches(), selectors: scheduling.NewSelectors()},
+		fn:    &Function{now: func() time.Time { return benchNow }, fleet: fleet.NewReader(), selectors: scheduling.NewSelectors()},
 		codec: codec.New(requiredClusters, requiredReplicas),
 	}
 }

@@ -36,21 +36,17 @@ const (
 	reasonWholeNodeFallback    = "WholeNodeFallback"
 )
 
-// setCacheCondition reports whether the referenced ModelCache resolved, and
-// returns true when new replicas must wait for it: with its footprint
-// unknown, a new replica could land where the cache never stages.
-func setCacheCondition(rsp *fnv1.RunFunctionResponse, fl *fleet) bool {
-	if fl.cacheRef == nil {
-		return false
-	}
-	if !fl.cacheFound {
-		msg := fmt.Sprintf("ModelCache %s not found; holding replica placement", fl.cacheRef.Name)
+// setCacheCondition reports whether the referenced ModelCache resolved.
+func setCacheCondition(rsp *fnv1.RunFunctionResponse, cache modelCache) {
+	switch {
+	case cache.ref == nil:
+	case cache.found:
+		response.ConditionTrue(rsp, condModelCacheResolved, reasonCacheResolved)
+	default:
+		msg := fmt.Sprintf("ModelCache %s not found; holding replica placement", cache.ref.Name)
 		response.ConditionFalse(rsp, condModelCacheResolved, reasonCacheNotFound).WithMessage(msg)
 		response.Warning(rsp, errors.New(msg))
-		return true
 	}
-	response.ConditionTrue(rsp, condModelCacheResolved, reasonCacheResolved)
-	return false
 }
 
 // warnObservations warns of every invalid pool report and unreadable

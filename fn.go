@@ -18,7 +18,9 @@ import (
 	"github.com/crossplane/function-sdk-go/response"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/compose"
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -37,8 +39,9 @@ type Function struct {
 	log logging.Logger
 	now func() time.Time
 
-	// caches hold what the last calls read of the fleet.
-	caches caches
+	// fleet reads the fleet, keeping what the last calls read of it; nil
+	// reads every object anew.
+	fleet *fleet.Reader
 	// selectors keeps the deployments' compiled CEL selectors across calls;
 	// nil compiles them on every call.
 	selectors *scheduling.Selectors
@@ -71,12 +74,17 @@ func (f *Function) run(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRespon
 		return err
 	}
 	f.logger().Debug("Running function", "xr", xr.Metadata.Namespace+"/"+xr.Metadata.Name, "tag", req.GetMeta().GetTag())
-	fleet, err := readFleet(req, rsp, xr, f.caches)
-	if err != nil || fleet == nil {
-		// A nil fleet: Crossplane calls again once it has fetched it.
+	required, resolved, err := requireFleet(req, rsp, xr)
+	if err != nil || !resolved {
+		// Not resolved yet: Crossplane calls again once it has fetched it.
 		return err
 	}
-	return f.compose(req, rsp, xr, fleet, opts)
+	now := f.clock()
+	fl, err := f.fleet.Read(codec.ItemsOf(required.clusters), codec.ItemsOf(required.replicas), xr, now, opts.maxAge)
+	if err != nil {
+		return err
+	}
+	return f.compose(req, rsp, xr, required.cache, fl, opts, now)
 }
 
 // ensureDesired makes sure the response has a desired state to write into,
@@ -114,28 +122,23 @@ func (f *Function) clock() time.Time {
 }
 
 // compose schedules and writes everything the response carries.
-func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, fl *fleet, opts options) error {
-	if len(fl.clusters) == 0 {
-		warn(rsp, fl.warnings)
-		setCacheCondition(rsp, fl)
+func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, cache modelCache, fl *fleet.Fleet, opts options, now time.Time) error {
+	warn(rsp, fl.Warnings)
+	setCacheCondition(rsp, cache)
+	if len(fl.Clusters) == 0 {
 		response.ConditionFalse(rsp, condReplicasScheduled, reasonNoClusters)
 		response.Warning(rsp, errors.New("No InferenceClusters found")) //nolint:staticcheck // Modelplane v0.3's warning, word for word.
 		rsp.Desired.Composite.Ready = fnv1.Ready_READY_FALSE
 		return nil
 	}
-
-	now := f.clock()
-	clusters, pools := observation.Judge(fl.clusters, now, opts.maxAge)
-	replicas, findings := fl.readPins(clusters, fl.replicas, fl.findings)
-	warn(rsp, fl.warnings)
-	retainOnly := setCacheCondition(rsp, fl)
-	warnObservations(rsp, pools, findings)
+	warnObservations(rsp, fl.Pools, fl.Findings)
 
 	plan, err := scheduling.Schedule(scheduling.Snapshot{
 		Deployment: xr,
-		Clusters:   clusters,
-		Replicas:   replicas,
-		Options:    scheduling.Options{Binding: opts.binding, RetainOnly: retainOnly, Selectors: f.selectors},
+		Clusters:   fl.Clusters,
+		Replicas:   fl.Replicas,
+		// An unresolved cache keeps what exists and places nothing new.
+		Options: scheduling.Options{Binding: opts.binding, RetainOnly: cache.unresolved(), Selectors: f.selectors},
 	})
 	if invalid, ok := errors.AsType[*scheduling.InvalidSelectorError](err); ok {
 		return keepObserved(req, rsp, invalid)
@@ -148,9 +151,9 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	if err := writeComposed(rsp, xr, plan, observed); err != nil {
 		return err
 	}
-	setPlanConditions(rsp, plan, observed, len(fl.clusters))
-	setCapacityObserved(rsp, pools)
-	setTTL(rsp, pools, now)
+	setPlanConditions(rsp, plan, observed, len(fl.Clusters))
+	setCapacityObserved(rsp, fl.Pools)
+	setTTL(rsp, fl.Pools, now)
 	return nil
 }
 

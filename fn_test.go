@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -19,6 +20,7 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -601,4 +603,27 @@ func TestReplicaResourceSharesTemplates(t *testing.T) {
 	if len(templates) != 3 {
 		t.Errorf("replicaResource(...): %d templates converted, want 3 distinct (vllm, other, null)", len(templates))
 	}
+}
+
+// testCodec is the request codec, as main.go makes it.
+var testCodec = codec.New(requiredClusters, requiredReplicas)
+
+// serve runs f on a request as the server receives it, through the request
+// codec.
+func serve(t *testing.T, f *Function, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+	t.Helper()
+	wire, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatalf("proto.Marshal(...): %v", err)
+	}
+	// Through the codec, as the server decodes it: into a recycled copy.
+	served := &fnv1.RunFunctionRequest{}
+	if err := testCodec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, served); err != nil {
+		t.Fatalf("Unmarshal(...): %v", err)
+	}
+	rsp, err := testCodec.Server(f).RunFunction(context.Background(), served)
+	if err != nil {
+		t.Fatalf("RunFunction(...): %v", err)
+	}
+	return rsp
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/crossplane/function-sdk-go"
 
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
@@ -45,7 +46,7 @@ func (c *CLI) Run() error {
 	requests.Register()
 	fn := &Function{log: log, selectors: scheduling.NewSelectors()}
 	if c.ObjectCache {
-		fn.caches = newCaches()
+		fn.fleet = fleet.NewReader()
 	}
 	return function.Serve(requests.Server(fn),
 		function.Listen(c.Network, c.Address),

@@ -12,6 +12,11 @@ import (
 // report that every pod of the replica is bound to a node.
 const ConditionPodsScheduled = "PodsScheduled"
 
+// PodsScheduledFields are the fields of a PodsScheduled condition Replica
+// reads. A reader of ModelReplicas may decode only these of only that
+// condition, and keep each where the conditions list has it.
+var PodsScheduledFields = [...]string{"type", "status", "lastTransitionTime"} //nolint:gochecknoglobals // A constant list; Go has no constant arrays.
+
 // ReplicaFinding is a PodsScheduled condition that could not be read. The
 // replica is then treated as not yet counted by any histogram.
 type ReplicaFinding struct {

@@ -3,7 +3,6 @@ package scheduling
 import (
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 )
@@ -57,38 +56,6 @@ func (s *pass) charge(r Replica) {
 			}
 		}
 	}
-}
-
-// counted reports whether a pool's histogram already counts a replica's
-// pods: they all became scheduled strictly before the pool was observed.
-func counted(r Replica, obs *PoolObservation) bool {
-	return obs != nil && r.ScheduledSince != nil && r.ScheduledSince.Before(obs.ObservedAt)
-}
-
-// CountedBefore is when the least recent report of a cluster's pools was
-// taken, if every pool the cluster publishes has a usable one. A replica on
-// the cluster whose pods all became scheduled before then is counted by
-// every pool's histogram (see CountedBy): it charges nothing wherever it is
-// pinned, so its pins need not even be read.
-func CountedBefore(c Cluster) (time.Time, bool) {
-	var before time.Time
-	pools := c.Object.Status.GPUPools
-	for i, p := range pools {
-		obs := c.Observed[p.Name]
-		if obs == nil {
-			return time.Time{}, false
-		}
-		if i == 0 || obs.ObservedAt.Before(before) {
-			before = obs.ObservedAt
-		}
-	}
-	return before, len(pools) > 0
-}
-
-// CountedBy reports whether the replica's pods all became scheduled before
-// a time CountedBefore returned.
-func (r Replica) CountedBy(before time.Time) bool {
-	return r.ScheduledSince != nil && r.ScheduledSince.Before(before)
 }
 
 // chargeEngineOnPool books the claiming pods of an observed engine's members

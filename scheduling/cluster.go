@@ -69,8 +69,13 @@ func (c *cluster) gateway() string {
 	return g.Address
 }
 
-func (c *cluster) ready() bool {
-	cond := v1alpha1.FindCondition(c.obj.Status.Conditions, "Ready")
+func (c *cluster) ready() bool { return ClusterReady(c.obj) }
+
+// ClusterReady reports whether a cluster's Ready condition is True: only a
+// Ready cluster takes new replicas, and only its pools count toward
+// CapacityObserved.
+func ClusterReady(c *v1alpha1.InferenceCluster) bool {
+	cond := v1alpha1.FindCondition(c.Status.Conditions, "Ready")
 	return cond != nil && cond.Status == "True"
 }
 

@@ -116,11 +116,17 @@ func newPass(s Snapshot, engines []engine) *pass {
 	return p
 }
 
-// ours reports whether a replica is this deployment's: labelled with its
-// name, in its namespace.
+// ours reports whether a replica is this deployment's.
 func (s *pass) ours(r *v1alpha1.ModelReplica) bool {
-	return r.Metadata.Labels[v1alpha1.LabelDeployment] == s.deployment.Metadata.Name &&
-		r.Metadata.Namespace == s.deployment.Metadata.Namespace
+	return Ours(s.deployment, r.Metadata.Namespace, r.Metadata.Labels[v1alpha1.LabelDeployment])
+}
+
+// Ours reports whether a replica in namespace, whose modelplane.ai/deployment
+// label is deployment, is d's (CONTRACT 4.1): every other replica is another
+// deployment's, and only ever charged. It is the one test of the rule, for
+// readers that have only a replica's metadata as much as for the scheduler.
+func Ours(d *v1alpha1.ModelDeployment, namespace, deployment string) bool {
+	return deployment == d.Metadata.Name && namespace == d.Metadata.Namespace
 }
 
 // identityOf reads a replica's (cluster, index). A missing or malformed index

@@ -96,7 +96,7 @@ type codecFixture struct {
 	req                *fnv1.RunFunctionRequest
 }
 
-func newCodecFixture(t *testing.T) codecFixture {
+func newCodecFixture(t testing.TB) codecFixture {
 	t.Helper()
 	f := codecFixture{
 		clusters: []*structpb.Struct{wiretest.StructOf(t, fx.Cluster("a").Obj()), wiretest.StructOf(t, fx.Cluster("b").NotReady().Obj())},
@@ -499,4 +499,29 @@ func TestRequestCodecCopiesInput(t *testing.T) {
 	if after, err := All(direct.GetRequiredResources()[fleetClusters]); err == nil && cmp.Equal(before, after) {
 		t.Errorf("unmarshalRequest(...): items unchanged by overwriting its input; the test no longer tells whether the codec copies")
 	}
+}
+
+// FuzzUnmarshalRequest: any bytes may arrive as a request. The codec never
+// panics and decodes whatever protobuf decodes (it may take more: the items
+// it leaves on the wire are only read, or fail, as the reader gets to
+// them); then the buffer goes back.
+func FuzzUnmarshalRequest(f *testing.F) {
+	f.Add(wiretest.Marshalled(f, newCodecFixture(f).req))
+	f.Add(wiretest.Marshalled(f, &fnv1.RunFunctionRequest{RequiredResources: map[string]*fnv1.Resources{fleetReplicas: {}}}))
+	f.Add([]byte(nil))
+	c := New(fleetClusters, fleetReplicas)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		req := &fnv1.RunFunctionRequest{}
+		err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, req)
+		if err != nil && proto.Unmarshal(b, &fnv1.RunFunctionRequest{}) == nil {
+			t.Fatalf("Unmarshal(%x): %v, but protobuf decodes it", b, err)
+		}
+		if err != nil {
+			return
+		}
+		defer c.Release(req)
+		for _, key := range []string{fleetClusters, fleetReplicas} {
+			_, _ = All(req.GetRequiredResources()[key])
+		}
+	})
 }

@@ -1,4 +1,4 @@
-package main
+package fleet
 
 import (
 	"sync"
@@ -42,16 +42,6 @@ func newObjectCache[T any]() *objectCache[T] {
 	return &objectCache[T]{entries: map[string]*cachedObject[T]{}}
 }
 
-// caches are a server's object caches; nil ones cache nothing.
-type caches struct {
-	clusters *clusterCache
-	replicas *replicaCache
-}
-
-func newCaches() caches {
-	return caches{clusters: newObjectCache[observation.ClusterReports](), replicas: newReplicaCache()}
-}
-
 // replicaCache holds what readReplica read of each ModelReplica, and what
 // observation made of it.
 type replicaCache = objectCache[observedReplica]
@@ -85,15 +75,18 @@ func newObservedReplica(o *v1alpha1.ModelReplica) *observedReplica {
 	return r
 }
 
-// ours is whether the replica is one of the deployment's: in its
-// namespace, with its deployment label.
+// ours is whether the replica is one of the deployment's.
 func (r *observedReplica) ours(xr *v1alpha1.ModelDeployment) bool {
-	return r.deployment == xr.Metadata.Name && r.namespace == xr.Metadata.Namespace
+	return scheduling.Ours(xr, r.namespace, r.deployment)
 }
 
 // countedBy is scheduling.Replica.CountedBy, of the inline time.
 func (r *observedReplica) countedBy(before time.Time) bool {
-	return r.scheduled && scheduling.Replica{ScheduledSince: &r.scheduledAt}.CountedBy(before)
+	since := &r.scheduledAt
+	if !r.scheduled {
+		since = nil
+	}
+	return scheduling.Counted(since, before)
 }
 
 // clusterCache holds what readCluster read of each InferenceCluster, and

@@ -1,19 +1,18 @@
-package main
+package fleet
 
 import (
-	"bytes"
 	"encoding/json"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/internal/wire"
 	"github.com/modelplaneai/fleet-scheduler/internal/wire/wiretest"
@@ -31,56 +30,9 @@ var jsonEqual = cmp.Comparer(func(a, b json.RawMessage) bool {
 	return cmp.Equal(x, y)
 })
 
-func TestReadCluster(t *testing.T) {
-	c := fx.Cluster("a").Taint("gpu", "x", "NoSchedule").PlacementLabels(map[string]string{"region": "eu"}).Hostname("a.example.com").
-		Pools(fx.Pool("h100", 4).Devices(fx.GPU("gpu", 8, "80Gi"), fx.NIC(8)).Observed(now, 3, fx.NodesFree(2, "gpu", 8)).Obj()).Obj()
-	c.Status.GPUPools[0].Devices[0].Attributes["cc"] = v1alpha1.DeviceAttribute{Version: new("9.0.0")}
-	c.Status.GPUPools[0].Devices[0].Attributes["pcie"] = v1alpha1.DeviceAttribute{Int: new(int64(5))}
-	c.Status.GPUPools[0].Devices[0].Attributes["mig"] = v1alpha1.DeviceAttribute{Bool: new(false)}
-	got, err := readClusterStruct(toStruct(t, c))
-	if err != nil {
-		t.Fatalf("readCluster(...): %v", err)
-	}
-	// Only what the scheduler reads is read.
-	c.TypeMeta = v1alpha1.TypeMeta{}
-	c.Metadata.Labels = nil
-	for i := range c.Status.Conditions {
-		c.Status.Conditions[i] = v1alpha1.Condition{Type: c.Status.Conditions[i].Type, Status: c.Status.Conditions[i].Status}
-	}
-	if diff := cmp.Diff(c, got, jsonEqual); diff != "" {
-		t.Errorf("readClusterStruct(...): -want, +got:\n%s", diff)
-	}
-}
-
-func TestReadReplica(t *testing.T) {
-	r := fx.Replica("m", "a", 3).Engines(fx.PinnedGang("main", "h100", 2, fx.Stamped(4))).PodsScheduled("True", now.Add(-time.Minute)).Obj()
-	got, err := readReplicaStruct(toStruct(t, r))
-	if err != nil {
-		t.Fatalf("readReplicaStruct(...): %v", err)
-	}
-	// Pod templates, the bulk of a replica, are not read, nor labels other
-	// than the two the scheduler uses, nor fields of PodsScheduled other
-	// than the three the observation package judges.
-	want := *r
-	want.Status = &v1alpha1.ModelReplicaStatus{Conditions: []any{map[string]any{
-		"type": "PodsScheduled", "status": "True", "lastTransitionTime": now.Add(-time.Minute).UTC().Format(time.RFC3339),
-	}}}
-	want.TypeMeta = v1alpha1.TypeMeta{}
-	want.Metadata.Labels = map[string]string{
-		v1alpha1.LabelDeployment:   r.Metadata.Labels[v1alpha1.LabelDeployment],
-		v1alpha1.LabelReplicaIndex: r.Metadata.Labels[v1alpha1.LabelReplicaIndex],
-	}
-	if diff := cmp.Diff(&want, got, jsonEqual, cmpopts.IgnoreFields(v1alpha1.ReplicaMember{}, "Template")); diff != "" {
-		t.Errorf("readReplicaStruct(...): -want, +got:\n%s", diff)
-	}
-	if got.Spec.Engines[0].Members[0].Template != nil {
-		t.Errorf("readReplicaStruct(...): read a pod template it has no use for")
-	}
-}
-
 func TestReadErrors(t *testing.T) {
 	set := func(obj any, path []string, v *structpb.Value) *structpb.Struct {
-		s := toStruct(t, obj)
+		s := wiretest.StructOf(t, obj)
 		f := s
 		for _, p := range path[:len(path)-1] {
 			f = f.GetFields()[p].GetStructValue()
@@ -101,7 +53,7 @@ func TestReadErrors(t *testing.T) {
 		"ReplicaCopiesString": {
 			reason: "A wrong type names the field path.",
 			read: func() error {
-				s := toStruct(t, fx.Replica("m", "a", 0).Obj())
+				s := wiretest.StructOf(t, fx.Replica("m", "a", 0).Obj())
 				s.Fields["spec"].GetStructValue().Fields["engines"].GetListValue().Values[0].GetStructValue().Fields["copies"] = structpb.NewStringValue("two")
 				_, err := readReplicaStruct(s)
 				return err
@@ -111,7 +63,7 @@ func TestReadErrors(t *testing.T) {
 		"ReplicaFractionalCount": {
 			reason: "A fractional count is not a whole number.",
 			read: func() error {
-				s := toStruct(t, fx.Replica("m", "a", 0).Obj())
+				s := wiretest.StructOf(t, fx.Replica("m", "a", 0).Obj())
 				m := s.GetFields()["spec"].GetStructValue().GetFields()["engines"].GetListValue().GetValues()[0].GetStructValue().GetFields()["members"].GetListValue().GetValues()[0]
 				m.GetStructValue().Fields["deviceRequests"].GetListValue().Values[0].GetStructValue().Fields["count"] = structpb.NewNumberValue(1.5)
 				_, err := readReplicaStruct(s)
@@ -159,7 +111,7 @@ func TestReadErrors(t *testing.T) {
 func TestReadHugeCountIsHeld(t *testing.T) {
 	c := fx.Cluster("a").Obj()
 	c.Status.GPUPools[0].Nodes = nil
-	s := toStruct(t, c)
+	s := wiretest.StructOf(t, c)
 	s.Fields["status"].GetStructValue().Fields["gpuPools"].GetListValue().Values[0].GetStructValue().Fields["nodes"] = structpb.NewNumberValue(1e300)
 	got, err := readClusterStruct(s)
 	if err != nil {
@@ -168,30 +120,6 @@ func TestReadHugeCountIsHeld(t *testing.T) {
 	if n := *got.Status.GPUPools[0].Nodes; n != 1<<62 {
 		t.Errorf("readClusterStruct(...) nodes: want %d, got %d", int64(1<<62), n)
 	}
-}
-
-// readClusterStruct reads a cluster as a request carries it, on the wire.
-func readClusterStruct(s *structpb.Struct) (*v1alpha1.InferenceCluster, error) {
-	b, err := proto.Marshal(s)
-	if err != nil {
-		return nil, err
-	}
-	var r structReader
-	return readClusterWire(&r, b)
-}
-
-// readReplicaStruct reads a replica as a request carries it, on the wire.
-func readReplicaStruct(s *structpb.Struct) (*v1alpha1.ModelReplica, error) {
-	b, err := proto.Marshal(s)
-	if err != nil {
-		return nil, err
-	}
-	var r structReader
-	observed, pins, err := r.readReplica(b, nil, 0)
-	if err != nil {
-		return nil, err
-	}
-	return observed.replica.Object, r.readPins(pins, observed.replica.Object)
 }
 
 func TestReadTooDeep(t *testing.T) {
@@ -218,57 +146,6 @@ func TestReadTooDeep(t *testing.T) {
 	r.decoded(wire.ParseValue(v), "nodesByFreeDevices")
 	if r.err == nil || !strings.Contains(r.err.Error(), "nested deeper than") {
 		t.Errorf("decoded(...): error %v, want one saying the value is nested too deep", r.err)
-	}
-}
-
-// collidingDevices are two devices a canonical form without entry counts
-// confused (found in review): A's attribute "a" holds an object with an
-// empty key; B has an extra attribute with a version that is not semantic.
-func collidingDevices() (a, b map[string]any) {
-	const m = 97 // entries of B's extra attribute; A's list has m+1 elements
-	base := func() map[string]any {
-		return map[string]any{
-			"name": "gpu", "claim": "DRA", "driver": "gpu.nvidia.com", "deviceClassName": "gpu.nvidia.com", "count": 8.0,
-			"capacity": map[string]any{"memory": map[string]any{"value": "80Gi"}},
-		}
-	}
-	list := []any{"aa\x05"}
-	extra := map[string]any{}
-	for i := range m - 1 {
-		x := string([]byte{byte(0x01 + i)})
-		list = append(list, x+"\x01\x00\x00")
-		extra["\x00\x04"+x] = nil
-	}
-	last := string([]byte{byte(0x01 + m - 1)})
-	content := last + "\x01\x00\x00" + "\x07version\x03\x00\x03bad"
-	list = append(list, content)
-	extra["\x00"+string(rune(len(content)))+last] = nil
-	extra["version"] = "bad"
-	a, b = base(), base()
-	a["attributes"] = map[string]any{"a": map[string]any{"": list}}
-	b["attributes"] = map[string]any{"a": map[string]any{}, "b\x03\x00\x03aa": extra}
-	return a, b
-}
-
-func TestCanonicalTellsDevicesApart(t *testing.T) {
-	a, b := collidingDevices()
-	var r structReader
-	key := func(dev map[string]any) []byte {
-		v, err := structpb.NewValue(dev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k, err := r.canonical(nil, wire.ParseValue(wiretest.Marshalled(t, v)), 0)
-		if err != nil {
-			t.Fatalf("canonical(...): %v", err)
-		}
-		return k
-	}
-	if bytes.Equal(key(a), key(b)) {
-		t.Error("two different devices have the same canonical form, so one pool would be read with the other's device")
-	}
-	if !bytes.Equal(key(a), key(a)) {
-		t.Error("one device has two canonical forms")
 	}
 }
 
@@ -311,6 +188,198 @@ func TestReadErrorPaths(t *testing.T) {
 			err := tc.read()
 			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 				t.Errorf("%s\nerror: %v, want one starting %q", tc.reason, err, tc.want)
+			}
+		})
+	}
+}
+
+func randomString(r *rand.Rand) string {
+	n := r.IntN(12)
+	if r.IntN(20) == 0 {
+		n = 100 + r.IntN(200) // long enough for a multi-byte length
+	}
+	var b strings.Builder
+	for range n {
+		b.WriteRune(jsonAlphabet[r.IntN(len(jsonAlphabet))])
+	}
+	return b.String()
+}
+
+// randomNumber is a finite float64: JSON has no NaN or infinity, and
+// encoding/json writes each finite float64 so that it reads back exactly.
+func randomNumber(r *rand.Rand) float64 {
+	switch r.IntN(7) {
+	case 0:
+		return float64(r.IntN(300)) // boxed once under 256
+	case 1:
+		return -float64(r.IntN(1000))
+	case 2:
+		return r.NormFloat64() * 1e3
+	case 3:
+		return math.Float64frombits(r.Uint64()&^(0x7ff<<52) | uint64(r.IntN(0x7ff))<<52) // any finite bit pattern
+	case 4:
+		return []float64{math.MaxFloat64, -math.MaxFloat64, math.SmallestNonzeroFloat64, 1 << 53, 1<<53 + 2, 0.1, math.Copysign(0, -1)}[r.IntN(7)]
+	case 5:
+		return float64(r.Int64())
+	}
+	return r.Float64()
+}
+
+// randomJSON is a JSON-like value, as encoding/json decodes into an any,
+// nested no deeper than depth.
+func randomJSON(r *rand.Rand, depth int) any {
+	kinds := 6
+	if depth == 0 {
+		kinds = 4 // leaves only
+	}
+	switch r.IntN(kinds) {
+	case 0:
+		return nil
+	case 1:
+		return r.IntN(2) == 0
+	case 2:
+		return randomNumber(r)
+	case 3:
+		return randomString(r)
+	case 4:
+		n := r.IntN(6)
+		m := make(map[string]any, n)
+		for range n {
+			m[randomString(r)] = randomJSON(r, depth-1)
+		}
+		return m
+	}
+	l := make([]any, r.IntN(6))
+	for i := range l {
+		l[i] = randomJSON(r, depth-1)
+	}
+	return l
+}
+
+func TestDecodedAsJSON(t *testing.T) {
+	// decoded must give exactly what encoding/json gives for the same
+	// value: the observation package judges it as decoded JSON.
+	var r structReader // one reader for all, as for a fleet: its interned strings must not leak between values
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(seed, 0x5eed))
+		for i := range 100 {
+			in := randomJSON(rng, 5)
+			if i == 0 {
+				in = map[string]any{"top": in} // an object at the top, as every fleet object is
+			}
+			js, err := json.Marshal(in)
+			if err != nil {
+				t.Fatalf("seed %d, value %d: json.Marshal(...): %v", seed, i, err)
+			}
+			var want any
+			if err := json.Unmarshal(js, &want); err != nil {
+				t.Fatalf("seed %d, value %d: json.Unmarshal(...): %v", seed, i, err)
+			}
+			r.start()
+			got := r.decoded(wire.ParseValue(wiretest.Marshalled(t, wiretest.ValueOf(t, in))), "")
+			if r.err != nil {
+				t.Fatalf("seed %d, value %d: decoded(...): %v", seed, i, r.err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Fatalf("seed %d, value %d: decoded(...) of %s: encoding/json's -want, +got:\n%s", seed, i, js, diff)
+			}
+		}
+	}
+}
+
+func TestDecodedDuplicateKeyLastWins(t *testing.T) {
+	// encoding/json keeps the last of a duplicated key; so must decoded.
+	b := wiretest.BytesField(protowire.Number(wire.KindStruct), wiretest.Cat(
+		wiretest.StructEntry("a", wiretest.Marshalled(t, structpb.NewNumberValue(1))),
+		wiretest.StructEntry("b", wiretest.Marshalled(t, structpb.NewBoolValue(true))),
+		wiretest.StructEntry("a", wiretest.Marshalled(t, structpb.NewStringValue("last"))),
+	))
+	var want any
+	if err := json.Unmarshal([]byte(`{"a": 1, "b": true, "a": "last"}`), &want); err != nil {
+		t.Fatalf("json.Unmarshal(...): %v", err)
+	}
+	var r structReader
+	if diff := cmp.Diff(want, r.decoded(wire.ParseValue(b), "")); diff != "" {
+		t.Errorf("decoded(...): encoding/json's -want, +got:\n%s", diff)
+	}
+}
+
+func TestDecodedMalformedNamesThePath(t *testing.T) {
+	// A malformed value deep in an object is an error naming its path.
+	inner := wiretest.BytesField(protowire.Number(wire.KindList), wiretest.Cat(
+		wiretest.BytesField(1, wiretest.Marshalled(t, structpb.NewNumberValue(1))),
+		wiretest.BytesField(1, []byte{0xff}),
+	))
+	b := wiretest.BytesField(protowire.Number(wire.KindStruct), wiretest.StructEntry("pools", inner))
+	var r structReader
+	r.decoded(wire.ParseValue(b), "status")
+	got := ""
+	if r.err != nil {
+		got = r.err.Error()
+	}
+	want := "status.pools[1]: " + wire.ErrTruncated.Error()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("decoded(...) error: -want, +got:\n%s", diff)
+	}
+}
+
+func TestWireMergesRepeatedMessagesAsProtobuf(t *testing.T) {
+	// Protobuf merges a message field written twice: two struct_values of
+	// one Value, two values of one Struct entry, two resources of one
+	// Resource. No marshaller splits a message, but protobuf allows it, and
+	// the wire readers merge as it does.
+
+	a := wiretest.Marshalled(t, wiretest.StructOf(t, map[string]any{"a": 1}))
+	b := wiretest.Marshalled(t, wiretest.StructOf(t, map[string]any{"b": 2}))
+	cases := map[string]struct {
+		reason string
+		wire   []byte
+		read   func(b []byte) (any, error)
+		want   proto.Message
+	}{
+		"ValueStructTwice": {
+			reason: "Two struct_values of one Value merge into one object.",
+			wire:   wiretest.Cat(wiretest.BytesField(protowire.Number(wire.KindStruct), a), wiretest.BytesField(protowire.Number(wire.KindStruct), b)),
+			read: func(w []byte) (any, error) {
+				var r structReader
+				return r.decoded(wire.ParseValue(w), ""), r.err
+			},
+			want: &structpb.Value{},
+		},
+		"EntryValueTwice": {
+			reason: "Two values of one entry merge into one value.",
+			wire: wiretest.BytesField(protowire.Number(wire.KindStruct), wiretest.BytesField(1, wiretest.Cat(wiretest.BytesField(1, []byte("k")),
+				wiretest.BytesField(2, wiretest.BytesField(protowire.Number(wire.KindStruct), a)),
+				wiretest.BytesField(2, wiretest.BytesField(protowire.Number(wire.KindStruct), b))))),
+			read: func(w []byte) (any, error) {
+				var r structReader
+				return r.decoded(wire.ParseValue(w), ""), r.err
+			},
+			want: &structpb.Value{},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if err := proto.Unmarshal(tc.wire, tc.want); err != nil {
+				t.Fatalf("proto.Unmarshal(...): %v", err)
+			}
+			var want any
+			js, err := protojson.Marshal(tc.want)
+			if err != nil {
+				t.Fatalf("protojson.Marshal(...): %v", err)
+			}
+			if err := json.Unmarshal(js, &want); err != nil {
+				t.Fatalf("json.Unmarshal(...): %v", err)
+			}
+			if res, ok := want.(map[string]any)["resource"]; ok {
+				want = res
+			}
+			got, err := tc.read(tc.wire)
+			if err != nil {
+				t.Fatalf("%s\nread: %v", tc.reason, err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("%s\nread: protobuf's -want, +got:\n%s", tc.reason, diff)
 			}
 		})
 	}
