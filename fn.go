@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -161,24 +158,27 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 // placement that is Ready on a cluster with a gateway, and the XR's status.
 func writeComposed(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, plan *scheduling.Plan, observed map[string]*fnv1.Resource) error {
 	ready := 0
-	templates := map[string]*structpb.Value{}
+	enc := compose.NewEncoder()
 	for _, p := range plan.Replicas {
-		r, err := replicaResource(compose.Replica(xr, p), templates)
+		s, err := enc.Replica(compose.Replica(xr, p))
 		if err != nil {
 			return err
 		}
-		if isReady(observed[compose.ReplicaKey(p)]) {
+		r := &fnv1.Resource{Resource: s}
+		replicaReady := isReady(observed[compose.ReplicaKey(p)])
+		if replicaReady {
 			r.Ready = fnv1.Ready_READY_TRUE
 			ready++
 		}
 		rsp.Desired.Resources[compose.ReplicaKey(p)] = r
-		if p.Gateway == "" || !isReady(observed[compose.ReplicaKey(p)]) {
+		if p.Gateway == "" || !replicaReady {
 			continue
 		}
-		e, err := toResource(compose.Endpoint(xr, p))
+		s, err = compose.Encode(compose.Endpoint(xr, p))
 		if err != nil {
 			return err
 		}
+		e := &fnv1.Resource{Resource: s}
 		if isReady(observed[compose.EndpointKey(p)]) {
 			e.Ready = fnv1.Ready_READY_TRUE
 		}
@@ -192,81 +192,6 @@ func writeComposed(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, 
 		rsp.Desired.Composite.Ready = fnv1.Ready_READY_FALSE
 	}
 	return nil
-}
-
-// replicaResource is toResource for a ModelReplica. Every replica of a
-// deployment carries the same pod templates, a vLLM engine's a few KB of
-// JSON each: each distinct template is converted once per call, and the
-// replicas' resources share it.
-func replicaResource(r *v1alpha1.ModelReplica, templates map[string]*structpb.Value) (*fnv1.Resource, error) {
-	type template struct {
-		engine, member int
-		raw            json.RawMessage
-	}
-	var found []template
-	withoutTemplates := *r
-	withoutTemplates.Spec.Engines = slices.Clone(r.Spec.Engines)
-	for ei := range withoutTemplates.Spec.Engines {
-		e := &withoutTemplates.Spec.Engines[ei]
-		e.Members = slices.Clone(e.Members)
-		for mi := range e.Members {
-			if raw := e.Members[mi].Template; len(raw) > 0 {
-				found = append(found, template{engine: ei, member: mi, raw: raw})
-				e.Members[mi].Template = nil
-			}
-		}
-	}
-	res, err := toResource(&withoutTemplates)
-	if err != nil {
-		return nil, err
-	}
-	for _, t := range found {
-		v, ok := templates[string(t.raw)]
-		if !ok {
-			var decoded any
-			if err := json.Unmarshal(t.raw, &decoded); err != nil {
-				return nil, fmt.Errorf("cannot encode a composed resource: %w", err)
-			}
-			if v, err = structpb.NewValue(decoded); err != nil {
-				return nil, fmt.Errorf("cannot encode a composed resource: %w", err)
-			}
-			templates[string(t.raw)] = v
-		}
-		engines := res.GetResource().GetFields()["spec"].GetStructValue().GetFields()["engines"].GetListValue().GetValues()
-		members := engines[t.engine].GetStructValue().GetFields()["members"].GetListValue().GetValues()
-		members[t.member].GetStructValue().Fields["template"] = v
-	}
-	return res, nil
-}
-
-func toResource(obj any) (*fnv1.Resource, error) {
-	b, err := json.Marshal(obj)
-	if err != nil {
-		return nil, fmt.Errorf("cannot encode a composed resource: %w", err)
-	}
-	// Through encoding/json's any: twice as fast as protojson, whose
-	// decoder took a millisecond for eight vLLM replicas.
-	var fields map[string]any
-	if err := json.Unmarshal(b, &fields); err != nil {
-		return nil, fmt.Errorf("cannot encode a composed resource: %w", err)
-	}
-	s, err := structpb.NewStruct(fields)
-	if err != nil {
-		return nil, fmt.Errorf("cannot encode a composed resource: %w", err)
-	}
-	return &fnv1.Resource{Resource: s}, nil
-}
-
-// isReady reads an observed composed resource's Ready condition.
-func isReady(r *fnv1.Resource) bool {
-	conds := r.GetResource().GetFields()["status"].GetStructValue().GetFields()["conditions"].GetListValue().GetValues()
-	for _, c := range conds {
-		f := c.GetStructValue().GetFields()
-		if f["type"].GetStringValue() == "Ready" {
-			return f["status"].GetStringValue() == "True"
-		}
-	}
-	return false
 }
 
 // keepObserved answers a nodeSelector that does not compile: nothing new is
@@ -284,16 +209,16 @@ func keepObserved(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, i
 	sort.Strings(keys)
 	total, ready := 0, 0
 	for _, k := range keys {
-		if !strings.HasPrefix(k, "replica-") && !strings.HasPrefix(k, "endpoint-") {
+		if !compose.IsComposedKey(k) {
 			continue
 		}
 		observed := req.GetObserved().GetResources()[k]
-		desired := &fnv1.Resource{Resource: desiredFromObserved(observed.GetResource())}
+		desired := &fnv1.Resource{Resource: compose.DesiredFromObserved(observed.GetResource())}
 		if isReady(observed) {
 			desired.Ready = fnv1.Ready_READY_TRUE
 		}
 		rsp.Desired.Resources[k] = desired
-		if strings.HasPrefix(k, "replica-") {
+		if compose.IsReplicaKey(k) {
 			total++
 			if isReady(observed) {
 				ready++
@@ -313,24 +238,8 @@ func writeStatus(rsp *fnv1.RunFunctionResponse, total, ready int) error {
 	return nil
 }
 
-// desiredFromObserved keeps what we compose of an object: its type, name,
-// namespace, labels and spec.
-func desiredFromObserved(s *structpb.Struct) *structpb.Struct {
-	out := &structpb.Struct{Fields: map[string]*structpb.Value{}}
-	for _, k := range []string{"apiVersion", "kind", "spec"} {
-		if v, ok := s.GetFields()[k]; ok {
-			out.Fields[k] = v
-		}
-	}
-	md := &structpb.Struct{Fields: map[string]*structpb.Value{}}
-	for _, k := range []string{"name", "namespace", "labels"} {
-		if v, ok := s.GetFields()["metadata"].GetStructValue().GetFields()[k]; ok {
-			md.Fields[k] = v
-		}
-	}
-	out.Fields["metadata"] = structpb.NewStructValue(md)
-	return out
-}
+// isReady reads an observed composed resource's Ready condition.
+func isReady(r *fnv1.Resource) bool { return compose.IsReady(r.GetResource()) }
 
 // setTTL asks to be called again no later than when the freshest-but-expiring
 // usable observation goes stale, so a silent agent is noticed.

@@ -1,7 +1,9 @@
 // Package compose builds what the function composes for a placement: the
 // ModelReplica, its ModelEndpoint, their names, keys and labels, as
-// Modelplane v0.3 derives them. It is shared by the function and the fleet
-// simulator, and knows nothing of the SDK.
+// Modelplane v0.3 derives them, encoded as the protobuf Structs a response
+// carries; and reads what it needs of the composed resources observed. It
+// is shared by the function and the fleet simulator, and knows nothing of
+// the SDK.
 package compose
 
 import (
@@ -25,12 +27,12 @@ const (
 
 // ReplicaKey is the composed-resource key of a placement's ModelReplica.
 func ReplicaKey(p scheduling.Placement) string {
-	return fmt.Sprintf("replica-%s-%d", p.Cluster, p.Index)
+	return fmt.Sprintf("%s%s-%d", replicaKeyPrefix, p.Cluster, p.Index)
 }
 
 // EndpointKey is the composed-resource key of a placement's ModelEndpoint.
 func EndpointKey(p scheduling.Placement) string {
-	return fmt.Sprintf("endpoint-%s-%d", p.Cluster, p.Index)
+	return fmt.Sprintf("%s%s-%d", endpointKeyPrefix, p.Cluster, p.Index)
 }
 
 // ReplicaName is <prefix>-<hash>: the first five hex characters of the
