@@ -564,7 +564,6 @@ func TestRunFunctionWarningsDoNotDependOnOrder(t *testing.T) {
 	}
 }
 
-
 // testCodec is the request codec, as main.go makes it.
 var testCodec = codec.New(requiredClusters, requiredReplicas)
 
