@@ -92,7 +92,6 @@ func (s *pass) chargeUnfit(l *poolLedger, d demand) {
 		l.saturated = true
 		return
 	}
-	l.unfit = true
 	for _, g := range d.gangs() {
 		held := make([][]int64, 0, len(g))
 		for _, c := range g {

@@ -15,8 +15,6 @@ type cluster struct {
 	matches map[matchKey]*memberMatch
 }
 
-type matchKey struct{ pool, engine, member int }
-
 // pool is a published GPU pool of a cluster.
 type pool struct {
 	index   int
@@ -44,17 +42,6 @@ func newCluster(c Cluster, kinds *deviceKinds) *cluster {
 		}
 	}
 	return cl
-}
-
-// match matches member mi of engine ei against a pool, once per pass.
-func (c *cluster) match(p *pool, engines []engine, ei, mi int) *memberMatch {
-	k := matchKey{p.index, ei, mi}
-	if m, ok := c.matches[k]; ok {
-		return m
-	}
-	m := matchMember(p, &engines[ei].members[mi])
-	c.matches[k] = m
-	return m
 }
 
 // gateway is the cluster's gateway hostname, else its address.

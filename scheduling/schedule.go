@@ -200,7 +200,7 @@ func (s *pass) retainedEngines(cl *cluster, r *v1alpha1.ModelReplica) ([]EngineP
 			return nil, false
 		}
 		ep := EnginePlacement{Name: observed.Name}
-		claims := false
+		matches := make([]*memberMatch, 0, len(observed.Members))
 		for mi, om := range observed.Members {
 			m := &s.engines[ei].members[mi]
 			if roleOf(om.Role) != m.role || om.NodePoolName == "" {
@@ -214,10 +214,10 @@ func (s *pass) retainedEngines(cl *cluster, r *v1alpha1.ModelReplica) ([]EngineP
 			if mm == nil {
 				return nil, false
 			}
-			claims = claims || mm.claims()
+			matches = append(matches, mm)
 			ep.Members = append(ep.Members, MemberPlacement{Role: m.role, Pool: p.name, DeviceRequests: mm.requests})
 		}
-		if !claims {
+		if !engineClaims(matches) {
 			return nil, false
 		}
 		out = append(out, ep)
@@ -276,7 +276,7 @@ func (s *pass) fill(kept []Placement, n int) ([]Placement, *Shortfall) {
 				continue
 			}
 			res.undo()
-			if best == nil || load[cl.name] < load[best.name] {
+			if best == nil || fillScore(load, cl) > fillScore(load, best) {
 				best = cl
 			}
 		}
@@ -293,10 +293,7 @@ func (s *pass) fill(kept []Placement, n int) ([]Placement, *Shortfall) {
 		if used[best.name] == nil {
 			used[best.name] = map[int]bool{}
 		}
-		index := 0
-		for used[best.name][index] {
-			index++
-		}
+		index := lowestFreeIndex(used[best.name])
 		used[best.name][index] = true
 		load[best.name]++
 		placed = append(placed, Placement{
@@ -309,4 +306,18 @@ func (s *pass) fill(kept []Placement, n int) ([]Placement, *Shortfall) {
 		})
 	}
 	return placed, nil
+}
+
+// fillScore ranks a cluster that can host a new replica: the fewer of the
+// deployment's replicas it hosts, the better. Of clusters that score the
+// same the first by name wins, the order fill tries them in.
+func fillScore(load map[string]int, cl *cluster) int { return -load[cl.name] }
+
+// lowestFreeIndex is the lowest replica index not in use on a cluster.
+func lowestFreeIndex(used map[int]bool) int {
+	index := 0
+	for used[index] {
+		index++
+	}
+	return index
 }

@@ -1,12 +1,3 @@
-// Package scheduling places a ModelDeployment's replicas on a fleet of
-// InferenceClusters. It is pure: a Snapshot of observed state goes in, a Plan
-// with its explanations as data comes out. It reads no clock, logs nothing
-// and knows nothing of protobuf or the function SDK; the same snapshot in any
-// order gives the same plan.
-//
-// A pool whose cluster agent report is usable is accounted by free devices
-// (its histogram of nodes by free devices, plus the nodes it can still grow
-// by); any other pool by whole nodes, as Modelplane v0.3 does.
 package scheduling
 
 import (
