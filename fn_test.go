@@ -8,12 +8,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/crossplane/function-sdk-go/logging"
@@ -96,144 +94,6 @@ const (
 	trueS  = fnv1.Status_STATUS_CONDITION_TRUE
 	falseS = fnv1.Status_STATUS_CONDITION_FALSE
 )
-
-func TestRunFunctionHandshake(t *testing.T) {
-	xr := fx.Deployment("m").ClusterSelector(map[string]string{"tier": "prod"}).Cache("qwen").Obj()
-	ns := fx.Namespace
-	want := &fnv1.Requirements{Resources: map[string]*fnv1.ResourceSelector{
-		requiredReplicas: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelReplica, Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{}}},
-		requiredCache:    {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelCache, Match: &fnv1.ResourceSelector_MatchName{MatchName: "qwen"}, Namespace: &ns},
-		requiredClusters: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindInferenceCluster, Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{"tier": "prod"}}}},
-	}}
-	cache := &v1alpha1.ModelCache{
-		TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelCache},
-		Metadata: v1alpha1.ObjectMeta{Name: "qwen", Namespace: ns},
-		Spec:     v1alpha1.ModelCacheSpec{ClusterSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}}},
-	}
-	withCache := clone(want)
-	withCache.Resources[requiredClusters].Match = &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{"tier": "prod", "region": "eu"}}}
-
-	cases := map[string]struct {
-		reason string
-		req    *fnv1.RunFunctionRequest
-		want   *fnv1.Requirements
-		placed bool
-	}{
-		"FirstCall": {
-			reason: "Before anything is resolved the function asks for every required resource and places nothing.",
-			req:    &fnv1.RunFunctionRequest{Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: toStruct(t, xr)}}},
-			want:   want,
-		},
-		"CacheResolved": {
-			reason: "Once the ModelCache resolves, its footprint narrows the clusters asked for.",
-			req: &fnv1.RunFunctionRequest{
-				Observed:          &fnv1.State{Composite: &fnv1.Resource{Resource: toStruct(t, xr)}},
-				RequiredResources: map[string]*fnv1.Resources{requiredCache: resources(t, cache)},
-			},
-			want: withCache,
-		},
-		"AllResolved": {
-			reason: "With everything resolved the requirements are the same and replicas are placed.",
-			req: &fnv1.RunFunctionRequest{
-				Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: toStruct(t, xr)}},
-				RequiredResources: map[string]*fnv1.Resources{
-					requiredCache:    resources(t, cache),
-					requiredClusters: resources(t, fx.Cluster("a").Obj()),
-					requiredReplicas: resources(t),
-				},
-			},
-			want:   withCache,
-			placed: true,
-		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			rsp := run(t, tc.req)
-			if diff := cmp.Diff(tc.want, rsp.GetRequirements(), protocmp.Transform()); diff != "" {
-				t.Errorf("%s\nRunFunction(...) requirements: -want, +got:\n%s", tc.reason, diff)
-			}
-			if got := len(rsp.GetDesired().GetResources()) > 0; got != tc.placed {
-				t.Errorf("%s\nRunFunction(...) placed replicas: want %t, got %t", tc.reason, tc.placed, got)
-			}
-		})
-	}
-}
-
-func clone(r *fnv1.Requirements) *fnv1.Requirements {
-	return proto.Clone(r).(*fnv1.Requirements)
-}
-
-func TestRunFunctionFatal(t *testing.T) {
-	xr := fx.Deployment("m").Obj()
-	input := func(s string) *structpb.Struct {
-		st := &structpb.Struct{}
-		if err := protojson.Unmarshal([]byte(s), st); err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
-	badXR := toStruct(t, xr)
-	badXR.Fields["spec"].GetStructValue().Fields["replicas"] = structpb.NewStringValue("three")
-
-	cases := map[string]struct {
-		reason string
-		req    *fnv1.RunFunctionRequest
-		want   string
-	}{
-		"UnparseableDuration": {
-			reason: "An observationMaxAge that is not a duration is Fatal and names the field.",
-			req: func() *fnv1.RunFunctionRequest {
-				r := request(t, xr, nil, nil)
-				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","observationMaxAge":"five minutes"}`)
-				return r
-			}(),
-			want: `invalid Function input: observationMaxAge: Invalid value: "five minutes": must be a duration such as 5m or 90s`,
-		},
-		"NegativeDuration": {
-			reason: "A negative observationMaxAge is out of range.",
-			req: func() *fnv1.RunFunctionRequest {
-				r := request(t, xr, nil, nil)
-				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","observationMaxAge":"-1m"}`)
-				return r
-			}(),
-			want: `invalid Function input: observationMaxAge: Invalid value: "-1m": must be positive`,
-		},
-		"UnknownBinding": {
-			reason: "An unknown assumedBinding is Fatal and names the field and the supported values.",
-			req: func() *fnv1.RunFunctionRequest {
-				r := request(t, xr, nil, nil)
-				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","assumedBinding":"Random"}`)
-				return r
-			}(),
-			want: `invalid Function input: assumedBinding: Unsupported value: "Random": supported values: "MostFree", "LeastFree"`,
-		},
-		"WrongTypeInXR": {
-			reason: "An XR field of the wrong type is Fatal and names the field.",
-			req:    &fnv1.RunFunctionRequest{Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: badXR}}},
-			want:   "cannot read ModelDeployment: spec.replicas: cannot use a JSON string as int64",
-		},
-		"DuplicateEngineNames": {
-			reason: "Two engines of one name are refused, naming the field, rather than composed.",
-			req: request(t, fx.Deployment("m").Engines(fx.Standalone("main", fx.GPURequest(1)), fx.Gang("main", 1, fx.GPURequest(1))).Obj(),
-				[]any{fx.Cluster("a").Obj()}, nil),
-			want: `invalid ModelDeployment: spec.template.spec.engines[1].name: Duplicate value: "main"`,
-		},
-		"MissingXR": {
-			reason: "A request without an observed XR is Fatal, not a panic.",
-			req:    &fnv1.RunFunctionRequest{},
-			want:   "cannot read ModelDeployment: it is missing from the request",
-		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			rsp := run(t, tc.req)
-			want := []*fnv1.Result{result(fnv1.Severity_SEVERITY_FATAL, tc.want)}
-			if diff := cmp.Diff(want, rsp.GetResults(), protocmp.Transform()); diff != "" {
-				t.Errorf("%s\nRunFunction(...) results: -want, +got:\n%s", tc.reason, diff)
-			}
-		})
-	}
-}
 
 // readyReplica is a composed ModelReplica as Crossplane observes it, Ready.
 func observedReady(t *testing.T, obj any) *fnv1.Resource {
@@ -358,166 +218,6 @@ func replicaFrom(t *testing.T, rsp *fnv1.RunFunctionResponse, key string) *v1alp
 	return r
 }
 
-func TestRunFunctionConditions(t *testing.T) {
-	fresh := now.Add(-time.Minute)
-	observed := fx.Cluster("a").Pools(fx.Pool("default", 2).Devices(fx.GPU("gpu", 1, "141Gi")).Observed(fresh, 2, fx.NodesFree(2, "gpu", 1)).Obj()).Obj()
-	invalid := fx.Cluster("b").Pools(fx.Pool("default", 2).Devices(fx.GPU("gpu", 1, "141Gi")).Observed(fresh, 2, fx.NodesFree(2, "gpu", 5)).Obj()).Obj()
-	stale := fx.Cluster("c").Pools(fx.Pool("default", 2).Devices(fx.GPU("gpu", 1, "141Gi")).Observed(now.Add(-7*time.Minute), 2, fx.NodesFree(2, "gpu", 1)).Obj()).Obj()
-
-	type want struct {
-		conds   map[string]*fnv1.Condition
-		results []*fnv1.Result
-		ttl     time.Duration
-		keys    []string
-	}
-	cases := map[string]struct {
-		reason string
-		req    *fnv1.RunFunctionRequest
-		want   want
-	}{
-		"AllObserved": {
-			reason: "Every pool of every Ready cluster accounted by free devices; the TTL ends when the report goes stale.",
-			req:    request(t, fx.Deployment("m").Obj(), []any{observed}, nil),
-			want: want{
-				conds:   map[string]*fnv1.Condition{condCapacityObserved: cond(condCapacityObserved, trueS, reasonAllPoolsObserved, "Every pool of every Ready cluster is accounted by free devices")},
-				results: []*fnv1.Result{result(fnv1.Severity_SEVERITY_NORMAL, "Scheduled 1 replicas across 1 clusters: a")},
-				ttl:     time.Minute,
-				keys:    []string{"replica-a-0"},
-			},
-		},
-		"ExpiringObservationShortensTTL": {
-			reason: "A usable report 4m30s old with a 5m maximum age is reconciled again in 30s.",
-			req: request(t, fx.Deployment("m").Obj(), []any{fx.Cluster("a").Pools(fx.Pool("default", 2).Devices(fx.GPU("gpu", 1, "141Gi")).
-				Observed(now.Add(-270*time.Second), 2, fx.NodesFree(2, "gpu", 1)).Obj()).Obj()}, nil),
-			want: want{
-				conds:   map[string]*fnv1.Condition{condCapacityObserved: cond(condCapacityObserved, trueS, reasonAllPoolsObserved, "Every pool of every Ready cluster is accounted by free devices")},
-				results: []*fnv1.Result{result(fnv1.Severity_SEVERITY_NORMAL, "Scheduled 1 replicas across 1 clusters: a")},
-				ttl:     30 * time.Second,
-				keys:    []string{"replica-a-0"},
-			},
-		},
-		"InvalidAndStaleFallBack": {
-			reason: "An invalid report warns naming cluster, pool and field; a stale one says for how long; both fall back.",
-			req:    request(t, fx.Deployment("m").Replicas(3).Obj(), []any{observed, invalid, stale}, nil),
-			want: want{
-				conds: map[string]*fnv1.Condition{condCapacityObserved: cond(condCapacityObserved, falseS, reasonWholeNodeFallback,
-					"Whole-node accounting for b/default (invalid observation: nodesByFreeDevices[0].free[0].count: 5 free gpu is more than the 1 a node has), c/default (observation stale for 7m0s)")},
-				results: []*fnv1.Result{
-					result(fnv1.Severity_SEVERITY_WARNING, "InferenceCluster b pool default: invalid observation, using whole-node accounting: nodesByFreeDevices[0].free[0].count: 5 free gpu is more than the 1 a node has"),
-					result(fnv1.Severity_SEVERITY_NORMAL, "Scheduled 3 replicas across 3 clusters: a, b, c"),
-				},
-				ttl:  time.Minute,
-				keys: []string{"replica-a-0", "replica-b-0", "replica-c-0"},
-			},
-		},
-		"NoClusters": {
-			reason: "No InferenceClusters: NoClusters and a warning, as Modelplane.",
-			req:    request(t, fx.Deployment("m").Obj(), nil, nil),
-			want: want{
-				conds:   map[string]*fnv1.Condition{condReplicasScheduled: cond(condReplicasScheduled, falseS, reasonNoClusters, "")},
-				results: []*fnv1.Result{result(fnv1.Severity_SEVERITY_WARNING, "No InferenceClusters found")},
-				ttl:     time.Minute,
-			},
-		},
-		"InsufficientCapacityExplained": {
-			reason: "Nothing fits: the message counts clusters and says why each cannot host a replica.",
-			req:    request(t, fx.Deployment("m").Obj(), []any{fx.Cluster("a").NotReady().Obj(), fx.Cluster("b").Taint("gpu", "", "NoSchedule").Obj()}, nil),
-			want: want{
-				conds: map[string]*fnv1.Condition{condReplicasScheduled: cond(condReplicasScheduled, falseS, reasonInsufficientCapacity,
-					"0 of 1 replicas scheduled (checked 2 clusters); 0/2 clusters can host another replica: a: not Ready; b: untolerated taint gpu:NoSchedule")},
-				ttl: time.Minute,
-			},
-		},
-		"PartialFirstPlacementExplained": {
-			reason: "Fewer placed than wanted on the first pass: Scheduling, with how many and why no cluster fits another.",
-			req:    request(t, fx.Deployment("m").Replicas(2).Obj(), []any{fx.Cluster("a").Pools(fx.Pool("default", 1).Devices(fx.GPU("gpu", 1, "141Gi")).Obj()).Obj()}, nil),
-			want: want{
-				conds: map[string]*fnv1.Condition{condReplicasScheduled: cond(condReplicasScheduled, falseS, reasonScheduling,
-					"Scheduled 1 of 2 replicas; 0/1 clusters can host another replica: a: engine main: pool default needs 1 free node, has 0")},
-				results: []*fnv1.Result{result(fnv1.Severity_SEVERITY_NORMAL, "Scheduled 1 replicas across 1 clusters: a")},
-				ttl:     time.Minute,
-				keys:    []string{"replica-a-0"},
-			},
-		},
-		"CacheNotFoundHoldsPlacement": {
-			reason: "A referenced ModelCache that does not exist keeps existing replicas and places none.",
-			req: func() *fnv1.RunFunctionRequest {
-				r := request(t, fx.Deployment("m").Replicas(2).Cache("qwen").Obj(), []any{fx.Cluster("a").Obj()}, []any{fx.Replica("m", "a", 0).Obj()})
-				r.RequiredResources[requiredCache] = &fnv1.Resources{}
-				return r
-			}(),
-			want: want{
-				conds: map[string]*fnv1.Condition{condModelCacheResolved: cond(condModelCacheResolved, falseS, reasonCacheNotFound, "ModelCache qwen not found; holding replica placement")},
-				results: []*fnv1.Result{
-					result(fnv1.Severity_SEVERITY_WARNING, "ModelCache qwen not found; holding replica placement"),
-					result(fnv1.Severity_SEVERITY_NORMAL, "Scheduled 1 replicas across 1 clusters: a"),
-				},
-				ttl:  time.Minute,
-				keys: []string{"replica-a-0"},
-			},
-		},
-		"MalformedDeviceFieldWarnsAndKeeps": {
-			reason: "A device capacity DRA cannot read is left out and warned of; a replica whose selector does not read it stays.",
-			req: func() *fnv1.RunFunctionRequest {
-				c := fx.Cluster("a").Obj()
-				c.Status.GPUPools[0].Devices[0].Capacity["bandwidth"] = v1alpha1.DeviceCapacityVal{Value: "fast"}
-				c.Status.GPUPools[0].Devices[0].Attributes["cc"] = v1alpha1.DeviceAttribute{Version: new("9.x")}
-				return request(t, fx.Deployment("m").Obj(), []any{c}, []any{fx.Replica("m", "a", 0).Obj()})
-			}(),
-			want: want{
-				results: []*fnv1.Result{
-					result(fnv1.Severity_SEVERITY_WARNING, `InferenceCluster a pool default: devices[gpu].attributes[cc]: "9.x" is not a semantic version; selectors that read it do not match the device`),
-					result(fnv1.Severity_SEVERITY_WARNING, `InferenceCluster a pool default: devices[gpu].capacity[bandwidth]: "fast" is not a quantity; selectors that read it do not match the device`),
-					result(fnv1.Severity_SEVERITY_NORMAL, "Scheduled 1 replicas across 1 clusters: a"),
-				},
-				ttl:  time.Minute,
-				keys: []string{"replica-a-0"},
-			},
-		},
-		"GarbageTimestampOnReplica": {
-			reason: "A PodsScheduled condition with a garbage time warns and the replica is charged.",
-			req:    request(t, fx.Deployment("m").Obj(), []any{observed}, []any{fx.Replica("other", "a", 0).Conditions(v1alpha1.Condition{Type: "PodsScheduled", Status: "True", LastTransitionTime: "yesterday"}).Obj()}),
-			want: want{
-				results: []*fnv1.Result{
-					result(fnv1.Severity_SEVERITY_WARNING, `ModelReplica ml-team/other-a-0: status.conditions[0].lastTransitionTime: "yesterday" is not an RFC 3339 time; treating its pods as not yet counted by any observation`),
-					result(fnv1.Severity_SEVERITY_NORMAL, "Scheduled 1 replicas across 1 clusters: a"),
-				},
-				ttl:  time.Minute,
-				keys: []string{"replica-a-0"},
-			},
-		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			rsp := run(t, tc.req)
-			for typ, want := range tc.want.conds {
-				var got *fnv1.Condition
-				for _, c := range rsp.GetConditions() {
-					if c.GetType() == typ {
-						got = c
-					}
-				}
-				if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
-					t.Errorf("%s\nRunFunction(...) condition %s: -want, +got:\n%s", tc.reason, typ, diff)
-				}
-			}
-			if diff := cmp.Diff(tc.want.results, rsp.GetResults(), protocmp.Transform(), cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("%s\nRunFunction(...) results: -want, +got:\n%s", tc.reason, diff)
-			}
-			if diff := cmp.Diff(durationpb.New(tc.want.ttl), rsp.GetMeta().GetTtl(), protocmp.Transform()); diff != "" {
-				t.Errorf("%s\nRunFunction(...) TTL: -want, +got:\n%s", tc.reason, diff)
-			}
-			var keys []string
-			for k := range rsp.GetDesired().GetResources() {
-				keys = append(keys, k)
-			}
-			if diff := cmp.Diff(tc.want.keys, keys, cmpopts.SortSlices(func(a, b string) bool { return a < b }), cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("%s\nRunFunction(...) desired resources: -want, +got:\n%s", tc.reason, diff)
-			}
-		})
-	}
-}
-
 func TestRunFunctionInvalidSelectorKeepsReplicas(t *testing.T) {
 	xr := fx.Deployment("m").Engines(fx.Standalone("main", fx.Request("gpu", 1, "device.driver =="))).Obj()
 	req := request(t, xr, []any{fx.Cluster("a").Obj()}, nil)
@@ -538,29 +238,6 @@ func TestRunFunctionInvalidSelectorKeepsReplicas(t *testing.T) {
 	wantPrefix := "Invalid nodeSelector CEL expression: engine main member 0 (Standalone) request gpu: selector #0: compilation failed: ERROR: <input>:1:17: Syntax error"
 	if c.GetReason() != reasonInvalidNodeSelector || c.GetStatus() != falseS || !strings.HasPrefix(c.GetMessage(), wantPrefix) {
 		t.Errorf("ReplicasScheduled: want False, %s, a message starting %q; got %v", reasonInvalidNodeSelector, wantPrefix, c)
-	}
-}
-
-func TestRunFunctionWarningsDoNotDependOnOrder(t *testing.T) {
-	garbage := func(name string) *v1alpha1.ModelReplica {
-		return fx.Replica("other", "a", 0).Name(name).Conditions(v1alpha1.Condition{Type: "PodsScheduled", Status: "True", LastTransitionTime: "soon"}).Obj()
-	}
-	bad := func(name string) *v1alpha1.InferenceCluster {
-		return fx.Cluster(name).Pools(fx.Pool("default", 2).Devices(fx.GPU("gpu", 1, "141Gi")).RawObservation(`"2026-10-20T20:07:00Z"`, `{"b":1,"a":2,"c":3}`, `[]`).Obj()).Obj()
-	}
-	xr := fx.Deployment("m").Obj()
-	first := run(t, request(t, xr, []any{bad("a"), bad("b")}, []any{garbage("r1"), garbage("r2")}))
-	for range 10 {
-		again := run(t, request(t, xr, []any{bad("b"), bad("a")}, []any{garbage("r2"), garbage("r1")}))
-		if diff := cmp.Diff(first.GetResults(), again.GetResults(), protocmp.Transform()); diff != "" {
-			t.Fatalf("results depend on the order of the inputs: -first, +again:\n%s", diff)
-		}
-		if diff := cmp.Diff(first.GetConditions(), again.GetConditions(), protocmp.Transform()); diff != "" {
-			t.Fatalf("conditions depend on the order of the inputs: -first, +again:\n%s", diff)
-		}
-	}
-	if n := len(first.GetResults()); n != 5 {
-		t.Errorf("want 4 warnings and 1 event, got %d results: %v", n, first.GetResults())
 	}
 }
 
@@ -585,4 +262,112 @@ func serve(t *testing.T, f *Function, req *fnv1.RunFunctionRequest) *fnv1.RunFun
 		t.Fatalf("RunFunction(...): %v", err)
 	}
 	return rsp
+}
+
+// replicaObject is a ModelReplica as generic JSON, to give any field any
+// type.
+func replicaObject(deployment, name string, engines, conditions any) map[string]any {
+	return map[string]any{
+		"apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelReplica",
+		"metadata": map[string]any{"name": name, "namespace": fx.Namespace, "labels": map[string]any{
+			"modelplane.ai/deployment": deployment, "modelplane.ai/replica-index": "0",
+		}},
+		"spec":   map[string]any{"clusterName": "a", "engines": engines},
+		"status": map[string]any{"conditions": conditions},
+	}
+}
+
+// TestRunFunctionUnreadableReplicas: which replicas that cannot be read
+// fail the call, which are skipped with one warning, and in what order,
+// whatever the fields the function no longer reads of settled replicas
+// (found in review).
+func TestRunFunctionUnreadableReplicas(t *testing.T) {
+	observedAt := now.Add(-time.Minute)
+	cluster := fx.Cluster("a").Pools(fx.Pool("default", 2).Devices(fx.GPU("gpu", 1, "80Gi")).
+		Observed(observedAt, 2, fx.NodesFree(2, "gpu", 1)).Obj()).Obj()
+	xr := fx.Deployment("m").Engines(fx.Standalone("main", fx.GPURequest(1))).Obj()
+	badEngines := []any{map[string]any{"name": "main", "copies": "two", "members": []any{}}}
+	scheduledBefore := []any{map[string]any{"type": "PodsScheduled", "status": "True", "lastTransitionTime": observedAt.Add(-time.Minute).Format(time.RFC3339)}}
+
+	cases := map[string]struct {
+		reason   string
+		clusters []any
+		replicas []any
+		// want are the results of severity Fatal or Warning that name a
+		// ModelReplica, by a part of their message each.
+		want []string
+		// wantSeverity is the severity of those results.
+		wantSeverity fnv1.Severity
+	}{
+		"OwnUnreadableWithoutClusters": {
+			reason:       "Our own replica that cannot be read fails the call even when there are no clusters, so it is never dropped.",
+			replicas:     []any{replicaObject("m", "m-a-0", badEngines, nil)},
+			want:         []string{"cannot read ModelReplica ml-team/m-a-0: spec.engines[0].copies"},
+			wantSeverity: fnv1.Severity_SEVERITY_FATAL,
+		},
+		"FirstOwnUnreadableNamed": {
+			reason:   "Of two own replicas that cannot be read, the first in the request is named.",
+			clusters: []any{cluster},
+			replicas: []any{
+				replicaObject("m", "m-a-0", badEngines, nil),
+				func() map[string]any {
+					r := replicaObject("m", "m-a-1", []any{}, nil)
+					r["metadata"].(map[string]any)["labels"].(map[string]any)["modelplane.ai/replica-index"] = 5.0
+					return r
+				}(),
+			},
+			want:         []string{"cannot read ModelReplica ml-team/m-a-0: spec.engines[0].copies"},
+			wantSeverity: fnv1.Severity_SEVERITY_FATAL,
+		},
+		"OtherUnreadableOneWarning": {
+			reason:       "Another deployment's replica the reports do not count, whose engines and conditions are both unreadable, is skipped with one warning, not one per defect.",
+			clusters:     []any{cluster},
+			replicas:     []any{replicaObject("other", "other-a-0", badEngines, "not a list")},
+			want:         []string{"cannot read ModelReplica ml-team/other-a-0: spec.engines[0].copies"},
+			wantSeverity: fnv1.Severity_SEVERITY_WARNING,
+		},
+		"OtherWithoutNamespaceNamed": {
+			reason:   "A replica without a namespace is named without a slash.",
+			clusters: []any{cluster},
+			replicas: []any{func() map[string]any {
+				r := replicaObject("other", "other-a-0", badEngines, nil)
+				delete(r["metadata"].(map[string]any), "namespace")
+				return r
+			}()},
+			want:         []string{"cannot read ModelReplica other-a-0: spec.engines[0].copies"},
+			wantSeverity: fnv1.Severity_SEVERITY_WARNING,
+		},
+		"OtherSettledNotRead": {
+			reason:   "Another deployment's replica every report counts charges nothing wherever it is pinned: its engines are not read, so not warned of.",
+			clusters: []any{cluster},
+			replicas: []any{replicaObject("other", "other-a-0", badEngines, scheduledBefore)},
+		},
+		"NullStatusIsNoStatus": {
+			reason:   "A PodsScheduled condition with a null status is not scheduled, as one without a status: no warning.",
+			clusters: []any{cluster},
+			replicas: []any{replicaObject("other", "other-a-0", []any{}, []any{map[string]any{"type": "PodsScheduled", "status": nil}})},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rsp := run(t, request(t, xr, tc.clusters, tc.replicas))
+			var got []string
+			for _, r := range rsp.GetResults() {
+				if strings.Contains(r.GetMessage(), "ModelReplica") || strings.Contains(r.GetMessage(), "status.conditions") {
+					got = append(got, r.GetMessage())
+					if r.GetSeverity() != tc.wantSeverity {
+						t.Errorf("%s\nresult %q: severity %s, want %s", tc.reason, r.GetMessage(), r.GetSeverity(), tc.wantSeverity)
+					}
+				}
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("%s\nresults about replicas: %q, want %d, containing %q", tc.reason, got, len(tc.want), tc.want)
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("%s\nresult %d: %q, want it to contain %q", tc.reason, i, got[i], w)
+				}
+			}
+		})
+	}
 }

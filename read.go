@@ -183,5 +183,3 @@ func clusterSelector(labels map[string]string) *fnv1.ResourceSelector {
 		Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: labels}},
 	}
 }
-
-//nolint:gochecknoglobals // Written, never read: a sink.

@@ -96,8 +96,9 @@ type codecFixture struct {
 	req                *fnv1.RunFunctionRequest
 }
 
-func newCodecFixture(t testing.TB) codecFixture {
-	t.Helper()
+func newCodecFixture(tb testing.TB) codecFixture {
+	tb.Helper()
+	t := tb
 	f := codecFixture{
 		clusters: []*structpb.Struct{wiretest.StructOf(t, fx.Cluster("a").Obj()), wiretest.StructOf(t, fx.Cluster("b").NotReady().Obj())},
 		replicas: []*structpb.Struct{

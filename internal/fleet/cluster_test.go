@@ -4,13 +4,12 @@ import (
 	"bytes"
 	"testing"
 
-	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
-
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/internal/wire"
 	"github.com/modelplaneai/fleet-scheduler/internal/wire/wiretest"
 )

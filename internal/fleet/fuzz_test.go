@@ -68,7 +68,7 @@ func FuzzReadWire(f *testing.F) {
 	}
 	// Any bytes may arrive as an object: reading them may fail, never
 	// panic. (Whole requests are the codec's and the function's fuzz.)
-	f.Fuzz(func(t *testing.T, b []byte) {
+	f.Fuzz(func(_ *testing.T, b []byte) {
 		var r structReader
 		_, _ = readReplicaWire(&r, b)
 		_, _ = readClusterWire(&r, b)

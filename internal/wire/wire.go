@@ -16,6 +16,7 @@ import (
 // Kind is which field of a google.protobuf.Value is set, by field number.
 type Kind uint8
 
+// The kinds of a Value: its field numbers, and two more.
 const (
 	KindAbsent Kind = 0 // no such key, or no field of the Value set
 	KindNull   Kind = 1
@@ -128,6 +129,7 @@ func (w *Reader) EntriesOf(o Object) ([]Entry, error) {
 	return w.entries[start:len(w.entries):len(w.entries)], nil
 }
 
+// ErrTruncated is bytes that are not the protobuf they claim to be.
 var ErrTruncated = errors.New("truncated or malformed protobuf")
 
 // Next reads one field: its number, its wire type and its value (for a
@@ -232,6 +234,7 @@ type Pieces struct {
 	owned bool
 }
 
+// Add gathers the next piece.
 func (p *Pieces) Add(piece []byte) {
 	switch {
 	case p.Bytes == nil:

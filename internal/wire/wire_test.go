@@ -7,10 +7,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"github.com/modelplaneai/fleet-scheduler/internal/wire/wiretest"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/modelplaneai/fleet-scheduler/internal/wire/wiretest"
 )
 
 // compareValues compares values by field; raw bytes nil and empty are the
