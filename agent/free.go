@@ -86,53 +86,88 @@ func indexClasses(in []*resourcev1.DeviceClass, devices []poolDevice) (classList
 	return l, nil
 }
 
-// allocated is what the view's claims hold, as kube-scheduler gathers it
-// for the allocator (admin access takes nothing; with consumable capacity a
-// result with a share ID is one share of a device), and taken: every
-// device any claim holds, whole or in part, none of which is whole-free.
-func allocated(claims []*resourcev1.ResourceClaim) (structured.AllocatedState, sets.Set[structured.DeviceID], error) {
-	state := structured.AllocatedState{
-		AllocatedDevices:         sets.New[structured.DeviceID](),
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}
-	taken := sets.New[structured.DeviceID]()
+// holdings are what the view's claims hold, by resource pool, read as
+// kube-scheduler gathers them for the allocator: admin access takes
+// nothing; with consumable capacity a result with a share ID is one share
+// of a device.
+type holdings map[resourcePoolID]*poolHoldings
+
+// poolHoldings are what claims hold of one resource pool.
+type poolHoldings struct {
+	// devices are every device a claim holds, whole or a share of it.
+	devices  []structured.DeviceID
+	shares   []structured.SharedDeviceID
+	consumed []structured.DeviceConsumedCapacity
+}
+
+// allocated reads the claims' allocation results.
+func allocated(claims []*resourcev1.ResourceClaim) (holdings, error) {
+	h := holdings{}
 	for i, c := range claims {
 		if c == nil {
-			return state, nil, fmt.Errorf("ResourceClaims[%d]: nil", i)
+			return nil, fmt.Errorf("ResourceClaims[%d]: nil", i)
 		}
 		if c.Status.Allocation == nil {
 			continue
 		}
 		for j, r := range c.Status.Allocation.Devices.Results {
 			if r.Driver == "" || r.Pool == "" || r.Device == "" {
-				return state, nil, fmt.Errorf("ResourceClaim %s/%s: status.allocation.devices.results[%d]: driver, pool and device must all be set, got %q, %q, %q", c.Namespace, c.Name, j, r.Driver, r.Pool, r.Device)
+				return nil, fmt.Errorf("ResourceClaim %s/%s: status.allocation.devices.results[%d]: driver, pool and device must all be set, got %q, %q, %q", c.Namespace, c.Name, j, r.Driver, r.Pool, r.Device)
 			}
 			if r.AdminAccess != nil && *r.AdminAccess {
 				continue
 			}
+			pid := resourcePoolID{r.Driver, r.Pool}
+			p := h[pid]
+			if p == nil {
+				p = &poolHoldings{}
+				h[pid] = p
+			}
 			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
-			taken.Insert(id)
+			p.devices = append(p.devices, id)
 			if r.ShareID == nil {
-				state.AllocatedDevices.Insert(id)
 				continue
 			}
-			state.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
+			p.shares = append(p.shares, structured.MakeSharedDeviceID(id, r.ShareID))
 			if r.ConsumedCapacity != nil {
-				state.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+				p.consumed = append(p.consumed, structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
 			}
 		}
 	}
-	return state, taken, nil
+	return h, nil
+}
+
+// state is the allocated state of the resource pools, new, for counting
+// whole devices: every device a claim holds any of is in use, a shared one
+// too, since a device with a share taken is not whole-free. Its shares and
+// consumed capacity are kept as the allocator would see them; it allocates
+// no further share of a device in use anyway.
+func (h holdings) state(pools []resourcePoolID) structured.AllocatedState {
+	s := structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
+	for _, pid := range pools {
+		p := h[pid]
+		if p == nil {
+			continue
+		}
+		s.AllocatedDevices.Insert(p.devices...)
+		s.AllocatedSharedDeviceIDs.Insert(p.shares...)
+		for _, c := range p.consumed {
+			s.AggregatedCapacity.Insert(c)
+		}
+	}
+	return s
 }
 
 // counter counts a node's free devices by asking the allocator.
 type counter struct {
-	devices []poolDevice
-	classes classLister
-	slices  *sliceIndex
-	state   structured.AllocatedState
-	taken   sets.Set[structured.DeviceID]
+	devices  []poolDevice
+	classes  classLister
+	slices   *sliceIndex
+	holdings holdings
 }
 
 // free returns the node's free count of each pool device, in pool order.
@@ -151,17 +186,17 @@ func (c *counter) free(ctx context.Context, node *corev1.Node) ([]int64, error) 
 	if len(own) == 0 {
 		return free, nil
 	}
-	taken := c.taken.Clone()
+	state := c.holdings.state(c.slices.nodePools[node.Name])
 	for k, d := range c.devices {
 		for free[k] < d.count {
-			id, ok, err := c.allocateOne(ctx, node, own, taken, d)
+			id, ok, err := c.allocateOne(ctx, node, own, state, d)
 			if err != nil {
 				return nil, fmt.Errorf("cannot count free %s on Node %s: %w", d.name, node.Name, err)
 			}
 			if !ok {
 				break
 			}
-			taken.Insert(id)
+			state.AllocatedDevices.Insert(id)
 			// A device the node shares with others is taken, not counted.
 			if c.slices.local[id] == node.Name {
 				free[k]++
@@ -172,19 +207,14 @@ func (c *counter) free(ctx context.Context, node *corev1.Node) ([]int64, error) 
 }
 
 // allocateOne asks the allocator for one device of d's class on the node,
-// every device in taken already in use. It returns the device, or false
+// in the allocated state. It returns the device, or false
 // when none can be allocated.
 //
 // A new allocator each time: the allocator caches a pool's available
 // shared counters from the allocated state the first time it needs them,
 // so one built before a device was taken would not charge that device's
 // counters.
-func (c *counter) allocateOne(ctx context.Context, node *corev1.Node, own []*resourcev1.ResourceSlice, taken sets.Set[structured.DeviceID], d poolDevice) (structured.DeviceID, bool, error) {
-	state := structured.AllocatedState{
-		AllocatedDevices:         taken,
-		AllocatedSharedDeviceIDs: c.state.AllocatedSharedDeviceIDs,
-		AggregatedCapacity:       c.state.AggregatedCapacity,
-	}
+func (c *counter) allocateOne(ctx context.Context, node *corev1.Node, own []*resourcev1.ResourceSlice, state structured.AllocatedState, d poolDevice) (structured.DeviceID, bool, error) {
 	a, err := structured.NewAllocator(ctx, features, state, c.classes, own, celCache())
 	if err != nil {
 		return structured.DeviceID{}, false, fmt.Errorf("cannot create the DRA allocator: %w", err)
@@ -205,7 +235,7 @@ func (c *counter) allocateOne(ctx context.Context, node *corev1.Node, own []*res
 		return structured.DeviceID{}, false, fmt.Errorf("the DRA allocator allocated %d devices for a claim of one", len(got))
 	}
 	id := structured.MakeDeviceID(got[0].Driver, got[0].Pool, got[0].Device)
-	if taken.Has(id) {
+	if state.AllocatedDevices.Has(id) {
 		// Never expected; counting on would never end.
 		return structured.DeviceID{}, false, fmt.Errorf("the DRA allocator allocated device %s, which is in use", id)
 	}

@@ -192,10 +192,14 @@ func TestAShareInUseCouldStillBeShared(t *testing.T) {
 	// holds part of is not whole-free, not the allocator's refusal.
 	s := []*resourcev1.ResourceSlice{slice("n1-gpu", gpuDriver, "n1").devices(gpu("gpu-0", "H100").shared().obj()).obj()}
 	held := claims(claim("a").share(gpuDriver, "n1", "gpu-0", "10Gi"))
-	state, _, err := allocated(held)
-	if err != nil {
-		t.Fatal(err)
+	res := held[0].Status.Allocation.Devices.Results[0]
+	id := structured.MakeDeviceID(res.Driver, res.Pool, res.Device)
+	state := structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New(structured.MakeSharedDeviceID(id, res.ShareID)),
+		AggregatedCapacity:       structured.ConsumedCapacityCollection{},
 	}
+	state.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, res.ConsumedCapacity))
 	d, err := gpuPool().devices()
 	if err != nil {
 		t.Fatal(err)

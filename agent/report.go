@@ -87,11 +87,11 @@ func PoolReport(ctx context.Context, pool Pool, view View) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	state, taken, err := allocated(view.ResourceClaims)
+	held, err := allocated(view.ResourceClaims)
 	if err != nil {
 		return Report{}, err
 	}
-	c := &counter{devices: devices, classes: classes, slices: sliceIdx, state: state, taken: taken}
+	c := &counter{devices: devices, classes: classes, slices: sliceIdx, holdings: held}
 
 	var groups []group
 	byFree := map[string]int{}
