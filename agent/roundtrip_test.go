@@ -1,13 +1,18 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/yaml"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/observation"
@@ -116,4 +121,44 @@ func distinctFree(free [][]int64) int {
 		seen[fmt.Sprint(f)] = true
 	}
 	return len(seen)
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/ from what the package computes")
+
+// TestPublishedCluster keeps testdata/busy-cluster.yaml, an InferenceCluster
+// whose pool carries the report of a busy pool, the report the package
+// computes today: test/schemas validates it against the shipped XRD.
+func TestPublishedCluster(t *testing.T) {
+	pool, v, _ := busyPool(rand.New(rand.NewPCG(3, 5)), 200)
+	r, err := PoolReport(t.Context(), pool, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpuPool := v1alpha1.GPUPool{Name: pool.Name, Nodes: new(int64(256)), Devices: pool.Devices}
+	r.Fill(&gpuPool)
+	cluster := map[string]any{
+		"apiVersion": v1alpha1.APIVersion,
+		"kind":       v1alpha1.KindInferenceCluster,
+		"metadata":   map[string]any{"name": "busy"},
+		"spec":       map[string]any{"cluster": map[string]any{"source": "Existing", "existing": map[string]any{"secretRef": map[string]any{"name": "busy-kubeconfig", "key": "kubeconfig"}}}},
+		"status":     map[string]any{"gpuPools": []any{gpuPool}},
+	}
+	got, err := yaml.Marshal(cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append([]byte("# Written by go test ./agent -run TestPublishedCluster -update: the report of a\n# busy pool of 200 nodes, merged to 64 buckets.\n"), got...)
+	file := filepath.Join("testdata", "busy-cluster.yaml")
+	if *update {
+		if err := os.WriteFile(file, got, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("%v (run with -update to write it)", err)
+	}
+	if !bytes.Equal(want, got) {
+		t.Errorf("%s is not the report the package computes; run go test ./agent -run TestPublishedCluster -update:\n%s", file, cmp.Diff(string(want), string(got)))
+	}
 }
