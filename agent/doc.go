@@ -32,6 +32,7 @@
 //     tolerate, and every resource pool with a slice on the node complete
 //     (every ResourceSlice of its newest generation present, as many as
 //     resourceSliceCount says), whichever driver publishes it.
+//     Report.LeftOut says why each node that is not is left out, for logs.
 //   - A node's free count of a pool device is how many devices of its
 //     driver and DeviceClass a claim for one whole device could be
 //     allocated now. Kubernetes' own allocator

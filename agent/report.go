@@ -48,6 +48,11 @@ type Report struct {
 	// NodesByFreeDevices are the nodes a new pod could land on, grouped by
 	// their free devices: at most MaxBuckets, most free first.
 	NodesByFreeDevices []Bucket `json:"nodesByFreeDevices"`
+
+	// LeftOut says, by node name, why each of the pool's nodes that a new
+	// pod could not land on is not in the histogram: for the agent's logs,
+	// never published.
+	LeftOut map[string]string `json:"-"`
 }
 
 // Bucket is how many nodes have exactly the free devices it lists. A pool
@@ -96,11 +101,17 @@ func PoolReport(ctx context.Context, pool Pool, view View) (Report, error) {
 	var groups []group
 	byFree := map[string]int{}
 	var key []byte
+	var leftOut map[string]string
 	for _, n := range nodes {
-		if unschedulable(n, pool.Tolerations) != "" {
-			continue
+		why := unschedulable(n, pool.Tolerations)
+		if id, incomplete := sliceIdx.incomplete(n.Name); why == "" && incomplete {
+			why = fmt.Sprintf("resource pool %s is incomplete", id)
 		}
-		if _, incomplete := sliceIdx.incomplete(n.Name); incomplete {
+		if why != "" {
+			if leftOut == nil {
+				leftOut = map[string]string{}
+			}
+			leftOut[n.Name] = why
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -133,6 +144,7 @@ func PoolReport(ctx context.Context, pool Pool, view View) (Report, error) {
 		// 12:00:00, so it is still charged, as it must be.
 		ObservedAt:         view.SyncedAt.UTC().Truncate(time.Second),
 		NodesByFreeDevices: make([]Bucket, 0, len(groups)),
+		LeftOut:            leftOut,
 	}
 	for _, g := range groups {
 		b := Bucket{Nodes: g.nodes, Free: []Free{}}

@@ -39,6 +39,16 @@ func histogram(observed int64, b ...Bucket) Report {
 	return Report{ObservedNodes: observed, ObservedAt: syncedAt, NodesByFreeDevices: b}
 }
 
+// without returns the report with the nodes left out, for the reasons:
+// node name and reason pairs.
+func (r Report) without(nodeAndReason ...string) Report {
+	r.LeftOut = map[string]string{}
+	for i := 0; i+1 < len(nodeAndReason); i += 2 {
+		r.LeftOut[nodeAndReason[i]] = nodeAndReason[i+1]
+	}
+	return r
+}
+
 func TestNodesInTheHistogram(t *testing.T) {
 	type args struct {
 		pool  Pool
@@ -59,12 +69,12 @@ func TestNodesInTheHistogram(t *testing.T) {
 			args: args{pool: gpuPool(), nodes: []*nodeWrapper{
 				node("n1"), node("n2").ready(corev1.ConditionFalse), node("n3").ready(corev1.ConditionUnknown), node("n4").noConditions(),
 			}},
-			want: histogram(4, bucket(1, "gpu", 8)),
+			want: histogram(4, bucket(1, "gpu", 8)).without("n2", "not Ready", "n3", "not Ready", "n4", "not Ready"),
 		},
 		"CordonedNodesAreLeftOut": {
 			reason: "A cordoned node (spec.unschedulable) takes no new pod.",
 			args:   args{pool: gpuPool(), nodes: []*nodeWrapper{node("n1"), node("n2").cordoned()}},
-			want:   histogram(2, bucket(1, "gpu", 8)),
+			want:   histogram(2, bucket(1, "gpu", 8)).without("n2", "cordoned"),
 		},
 		"NoScheduleAndNoExecuteTaintsLeaveNodesOut": {
 			reason: "A NoSchedule or NoExecute taint repels a new pod; PreferNoSchedule does not.",
@@ -73,7 +83,10 @@ func TestNodesInTheHistogram(t *testing.T) {
 				node("n2").taint("draining", corev1.TaintEffectNoExecute),
 				node("n3").taint("spot", corev1.TaintEffectPreferNoSchedule),
 			}},
-			want: histogram(3, bucket(1, "gpu", 8)),
+			want: histogram(3, bucket(1, "gpu", 8)).without(
+				"n1", "untolerated taint maintenance=true:NoSchedule",
+				"n2", "untolerated taint draining=true:NoExecute",
+			),
 		},
 		"TaintsThePoolToleratesKeepNodesIn": {
 			reason: "A taint every pod of the pool tolerates does not keep them off; one more that they do not does.",
@@ -84,7 +97,7 @@ func TestNodesInTheHistogram(t *testing.T) {
 					node("n2").taint("nvidia.com/gpu", corev1.TaintEffectNoSchedule).taint("maintenance", corev1.TaintEffectNoSchedule),
 				},
 			},
-			want: histogram(2, bucket(1, "gpu", 8)),
+			want: histogram(2, bucket(1, "gpu", 8)).without("n2", "untolerated taint maintenance=true:NoSchedule"),
 		},
 		"OnlyThePoolsNodes": {
 			reason: "Nodes labelled for another pool, or not at all, are not the pool's.",
@@ -139,7 +152,7 @@ func TestIncompleteResourcePools(t *testing.T) {
 		"ASliceIsMissing": {
 			reason: "One of two slices of the current generation: the pool is incomplete and the node left out, as a cordoned one is.",
 			slices: []*sliceWrapper{slice("a", gpuDriver, "n1").pool("n1", 1, 2).devices(gpus(0, 4, "H100")...)},
-			want:   histogram(1),
+			want:   histogram(1).without("n1", "resource pool gpu.example.com/n1 is incomplete"),
 		},
 		"ANewGenerationIsBeingPublished": {
 			reason: "A complete generation 1 and one of two slices of generation 2: generation 2 is current, and incomplete.",
@@ -147,7 +160,7 @@ func TestIncompleteResourcePools(t *testing.T) {
 				slice("old", gpuDriver, "n1").pool("n1", 1, 1).devices(gpus(0, 8, "H100")...),
 				slice("new-a", gpuDriver, "n1").pool("n1", 2, 2).devices(gpus(0, 4, "H100")...),
 			},
-			want: histogram(1),
+			want: histogram(1).without("n1", "resource pool gpu.example.com/n1 is incomplete"),
 		},
 		"AnOldGenerationLeftBehind": {
 			reason: "Generation 2 is complete; a stale slice of generation 1 is ignored, its devices not counted.",
@@ -163,7 +176,7 @@ func TestIncompleteResourcePools(t *testing.T) {
 				slice("a", gpuDriver, "n1").pool("n1", 1, 2).devices(gpus(0, 4, "H100")...),
 				slice("b", gpuDriver, "n1").pool("n1", 1, 3).devices(gpus(4, 4, "H100")...),
 			},
-			want: histogram(1),
+			want: histogram(1).without("n1", "resource pool gpu.example.com/n1 is incomplete"),
 		},
 		"AnotherDriversPoolIsIncomplete": {
 			reason: "Every resource pool of the node must be complete, whichever driver publishes it.",
@@ -171,7 +184,7 @@ func TestIncompleteResourcePools(t *testing.T) {
 				gpuSlice("n1", 8),
 				slice("n1-nic", nicDriver, "n1").pool("n1", 1, 2).devices(nic("nic-0").obj()),
 			},
-			want: histogram(1),
+			want: histogram(1).without("n1", "resource pool nic.example.com/n1 is incomplete"),
 		},
 		"NoSlicesAtAll": {
 			reason: "A node whose driver has published nothing yet is schedulable, with nothing free.",
@@ -426,7 +439,7 @@ func TestMultiKindPools(t *testing.T) {
 		bucket(1, "gpu", 8, "nic", 4),
 		bucket(1, "gpu", 8, "nic", 3),
 		bucket(1, "gpu", 6, "nic", 4),
-	)
+	).without("n4", "cordoned")
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("\nEach kind is counted from its own driver and class, the cordoned n4 left out.\nPoolReport(...): -want, +got:\n%s", diff)
 	}
