@@ -56,7 +56,7 @@ func (w *nodeWrapper) taint(key string, effect corev1.TaintEffect) *nodeWrapper 
 
 func (w *nodeWrapper) pool(name string) *nodeWrapper { w.Labels[PoolLabel] = name; return w }
 
-func (w *nodeWrapper) obj() *corev1.Node { n := w.Node.DeepCopy(); return n }
+func (w *nodeWrapper) obj() *corev1.Node { return w.DeepCopy() }
 
 // sliceWrapper builds a ResourceSlice: the only slice, generation 1, of a
 // pool named after its node.

@@ -21,21 +21,23 @@ import (
 // capacity, device taints, binding conditions with device status, admin
 // access and prioritized lists. A cluster with one of them off has API
 // objects without its fields, which the allocator then never meets.
-var features = structured.Features{
-	AdminAccess:             true,
-	ConsumableCapacity:      true,
-	DeviceBindingAndStatus:  true,
-	DeviceTaints:            true,
-	FractionalCapacityRange: true,
-	PartitionableDevices:    true,
-	PrioritizedList:         true,
+func features() structured.Features {
+	return structured.Features{
+		AdminAccess:             true,
+		ConsumableCapacity:      true,
+		DeviceBindingAndStatus:  true,
+		DeviceTaints:            true,
+		FractionalCapacityRange: true,
+		PartitionableDevices:    true,
+		PrioritizedList:         true,
+	}
 }
 
 // celCache compiles DeviceClass selectors as kube-scheduler does, with
 // consumable capacity's device.allowMultipleAllocations. One per process:
 // the compiler behind it is built once.
-var celCache = sync.OnceValue(func() *dracel.Cache {
-	return dracel.NewCache(64, dracel.Features{EnableConsumableCapacity: features.ConsumableCapacity})
+var celCache = sync.OnceValue(func() *dracel.Cache { //nolint:gochecknoglobals // One compiler and cache per process, as in kube-scheduler.
+	return dracel.NewCache(64, dracel.Features{EnableConsumableCapacity: features().ConsumableCapacity})
 })
 
 // classLister serves the view's DeviceClasses to the allocator.
@@ -65,7 +67,7 @@ func indexClasses(in []*resourcev1.DeviceClass, devices []poolDevice) (classList
 	l := make(classLister, len(in))
 	for i, c := range in {
 		if c == nil {
-			return nil, fmt.Errorf("DeviceClasses[%d]: nil", i)
+			return nil, fmt.Errorf("view.DeviceClasses[%d]: nil", i)
 		}
 		l[c.Name] = c
 	}
@@ -105,7 +107,7 @@ func allocated(claims []*resourcev1.ResourceClaim) (holdings, error) {
 	h := holdings{}
 	for i, c := range claims {
 		if c == nil {
-			return nil, fmt.Errorf("ResourceClaims[%d]: nil", i)
+			return nil, fmt.Errorf("view.ResourceClaims[%d]: nil", i)
 		}
 		if c.Status.Allocation == nil {
 			continue
@@ -215,7 +217,7 @@ func (c *counter) free(ctx context.Context, node *corev1.Node) ([]int64, error) 
 // so one built before a device was taken would not charge that device's
 // counters.
 func (c *counter) allocateOne(ctx context.Context, node *corev1.Node, own []*resourcev1.ResourceSlice, state structured.AllocatedState, d poolDevice) (structured.DeviceID, bool, error) {
-	a, err := structured.NewAllocator(ctx, features, state, c.classes, own, celCache())
+	a, err := structured.NewAllocator(ctx, features(), state, c.classes, own, celCache())
 	if err != nil {
 		return structured.DeviceID{}, false, fmt.Errorf("cannot create the DRA allocator: %w", err)
 	}

@@ -144,7 +144,7 @@ func TestFreeCanAllBeHad(t *testing.T) {
 				inUse.Insert(structured.MakeDeviceID(res.Driver, res.Pool, res.Device))
 			}
 		}
-		a, err := structured.NewAllocator(t.Context(), features, structured.AllocatedState{AllocatedDevices: inUse}, classLister{gpuClass: classes()[0], migClass: classes()[1]}, rn.slices, celCache())
+		a, err := structured.NewAllocator(t.Context(), features(), structured.AllocatedState{AllocatedDevices: inUse}, classLister{gpuClass: classes()[0], migClass: classes()[1]}, rn.slices, celCache())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,7 +204,7 @@ func TestAShareInUseCouldStillBeShared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := structured.NewAllocator(t.Context(), features, state, classLister{gpuClass: classes()[0]}, s, celCache())
+	a, err := structured.NewAllocator(t.Context(), features(), state, classLister{gpuClass: classes()[0]}, s, celCache())
 	if err != nil {
 		t.Fatal(err)
 	}

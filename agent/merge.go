@@ -29,63 +29,14 @@ func merge(groups []group, limit int) []group {
 	if len(groups) <= limit {
 		return groups
 	}
-	g := make([]group, len(groups))
-	for i := range groups {
-		g[i] = group{free: slices.Clone(groups[i].free), nodes: groups[i].nodes}
-	}
-	alive := make([]bool, len(g))
-	for i := range alive {
-		alive[i] = true
-	}
-	best := make([]int, len(g))
-	cost := make([]int64, len(g))
-	partner := func(i int) {
-		best[i], cost[i] = -1, 0
-		for j := range g {
-			if j == i || !alive[j] {
-				continue
-			}
-			if c := loss(g[i], g[j]); best[i] < 0 || c < cost[i] {
-				best[i], cost[i] = j, c
-			}
-		}
-	}
-	for i := range g {
-		partner(i)
-	}
-	for n := len(g); n > limit; n-- {
-		i := -1
-		for k := range g {
-			if alive[k] && (i < 0 || cost[k] < cost[i]) {
-				i = k
-			}
-		}
-		j := best[i]
-		if j < i {
-			i, j = j, i
-		}
-		for d := range g[i].free {
-			g[i].free[d] = min(g[i].free[d], g[j].free[d])
-		}
-		g[i].nodes += g[j].nodes
-		alive[j] = false
-		partner(i)
-		for k := range g {
-			switch {
-			case !alive[k] || k == i:
-			case best[k] == i || best[k] == j:
-				partner(k)
-			default:
-				if c := loss(g[k], g[i]); c < cost[k] || (c == cost[k] && i < best[k]) {
-					best[k], cost[k] = i, c
-				}
-			}
-		}
+	m := newMerger(groups)
+	for n := len(groups); n > limit; n-- {
+		m.step()
 	}
 	out := make([]group, 0, limit)
-	for i := range g {
-		if alive[i] {
-			out = append(out, g[i])
+	for i := range m.g {
+		if m.alive[i] {
+			out = append(out, m.g[i])
 		}
 	}
 	// A merged group may have moved in the order. It never comes to the
@@ -93,6 +44,75 @@ func merge(groups []group, limit int) []group {
 	// the pair, so merging either into c would have lost less.
 	slices.SortStableFunc(out, func(a, b group) int { return compareFree(a.free, b.free) })
 	return out
+}
+
+// merger is merge's state: the groups, which are left, and each one's best
+// partner and what merging with it loses.
+type merger struct {
+	g     []group
+	alive []bool
+	best  []int
+	cost  []int64
+}
+
+func newMerger(groups []group) *merger {
+	m := &merger{g: make([]group, len(groups)), alive: make([]bool, len(groups)), best: make([]int, len(groups)), cost: make([]int64, len(groups))}
+	for i := range groups {
+		m.g[i] = group{free: slices.Clone(groups[i].free), nodes: groups[i].nodes}
+		m.alive[i] = true
+	}
+	for i := range m.g {
+		m.partner(i)
+	}
+	return m
+}
+
+// partner finds group i's best partner: the one merging with loses least,
+// the first on a tie.
+func (m *merger) partner(i int) {
+	m.best[i], m.cost[i] = -1, 0
+	for j := range m.g {
+		if j == i || !m.alive[j] {
+			continue
+		}
+		if c := loss(m.g[i], m.g[j]); m.best[i] < 0 || c < m.cost[i] {
+			m.best[i], m.cost[i] = j, c
+		}
+	}
+}
+
+// step merges the pair that loses least, into the earlier of the two.
+func (m *merger) step() {
+	i := -1
+	for k := range m.g {
+		if m.alive[k] && (i < 0 || m.cost[k] < m.cost[i]) {
+			i = k
+		}
+	}
+	j := m.best[i]
+	if j < i {
+		i, j = j, i
+	}
+	for d := range m.g[i].free {
+		m.g[i].free[d] = min(m.g[i].free[d], m.g[j].free[d])
+	}
+	m.g[i].nodes += m.g[j].nodes
+	m.alive[j] = false
+
+	// Only pairs with i or j changed: those whose best partner was one of
+	// them look again; the others compare theirs with the new i.
+	m.partner(i)
+	for k := range m.g {
+		switch {
+		case !m.alive[k] || k == i:
+		case m.best[k] == i || m.best[k] == j:
+			m.partner(k)
+		default:
+			if c := loss(m.g[k], m.g[i]); c < m.cost[k] || (c == m.cost[k] && i < m.best[k]) {
+				m.best[k], m.cost[k] = i, c
+			}
+		}
+	}
 }
 
 // loss is how many free devices merging the two groups hides, over all

@@ -165,11 +165,11 @@ func poolNodes(all []*corev1.Node, sel labels.Selector) ([]*corev1.Node, error) 
 	for i, n := range all {
 		switch {
 		case n == nil:
-			return nil, fmt.Errorf("Nodes[%d]: nil", i)
+			return nil, fmt.Errorf("view.Nodes[%d]: nil", i)
 		case n.Name == "":
-			return nil, fmt.Errorf("Nodes[%d]: metadata.name: empty", i)
+			return nil, fmt.Errorf("view.Nodes[%d]: metadata.name: empty", i)
 		case seen[n.Name]:
-			return nil, fmt.Errorf("Nodes[%d]: Node %s is listed twice", i, n.Name)
+			return nil, fmt.Errorf("view.Nodes[%d]: Node %s is listed twice", i, n.Name)
 		}
 		seen[n.Name] = true
 		if sel.Matches(labels.Set(n.Labels)) {

@@ -516,37 +516,37 @@ func TestBadInput(t *testing.T) {
 			view: func(v *View) {
 				v.ResourceSlices = resourceSlices(slice("n1-gpu", "GPU_Driver", "n1").devices(gpus(0, 8, "H100")...))
 			},
-			want: `ResourceSlices[0]: ResourceSlice n1-gpu: spec.driver: "GPU_Driver" is not a DRA driver name`,
+			want: `view.ResourceSlices[0]: ResourceSlice n1-gpu: spec.driver: "GPU_Driver" is not a DRA driver name`,
 		},
 		"SliceWithoutAPool": {
 			reason: "A slice belongs to a named pool.",
 			view:   func(v *View) { v.ResourceSlices = resourceSlices(gpuSlice("n1", 8).pool("", 1, 1)) },
-			want:   "ResourceSlices[0]: ResourceSlice n1-gpu: spec.pool.name: empty",
+			want:   "view.ResourceSlices[0]: ResourceSlice n1-gpu: spec.pool.name: empty",
 		},
 		"SliceCountZero": {
 			reason: "A pool has at least one slice.",
 			view:   func(v *View) { v.ResourceSlices = resourceSlices(gpuSlice("n1", 8).pool("n1", 1, 0)) },
-			want:   "ResourceSlices[0]: ResourceSlice n1-gpu: spec.pool.resourceSliceCount: 0 is less than 1",
+			want:   "view.ResourceSlices[0]: ResourceSlice n1-gpu: spec.pool.resourceSliceCount: 0 is less than 1",
 		},
 		"NilSlice": {
 			reason: "A nil entry is named by index.",
 			view:   func(v *View) { v.ResourceSlices = append(v.ResourceSlices, nil) },
-			want:   "ResourceSlices[1]: nil",
+			want:   "view.ResourceSlices[1]: nil",
 		},
 		"NilNode": {
 			reason: "A nil entry is named by index.",
 			view:   func(v *View) { v.Nodes = append(v.Nodes, nil) },
-			want:   "Nodes[1]: nil",
+			want:   "view.Nodes[1]: nil",
 		},
 		"NodeTwice": {
 			reason: "Two Nodes of one name are not a cluster's.",
 			view:   func(v *View) { v.Nodes = append(v.Nodes, node("n1").obj()) },
-			want:   "Nodes[1]: Node n1 is listed twice",
+			want:   "view.Nodes[1]: Node n1 is listed twice",
 		},
 		"NilClass": {
 			reason: "A nil entry is named by index.",
 			view:   func(v *View) { v.DeviceClasses = append(v.DeviceClasses, nil) },
-			want:   "pool h100: DeviceClasses[3]: nil",
+			want:   "pool h100: view.DeviceClasses[3]: nil",
 		},
 		"ClaimResultWithoutADevice": {
 			reason: "An allocation result names its device.",

@@ -3,6 +3,7 @@ package agent
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -43,15 +44,9 @@ type sliceIndex struct {
 func indexSlices(in []*resourcev1.ResourceSlice) (*sliceIndex, error) {
 	x := &sliceIndex{pools: map[resourcePoolID]*resourcePool{}, nodePools: map[string][]resourcePoolID{}, local: map[structured.DeviceID]string{}}
 	onNode := map[string]map[resourcePoolID]bool{}
-	addNode := func(node string, id resourcePoolID) {
-		if onNode[node] == nil {
-			onNode[node] = map[resourcePoolID]bool{}
-		}
-		onNode[node][id] = true
-	}
 	for i, s := range in {
 		if err := checkSlice(s); err != nil {
-			return nil, fmt.Errorf("ResourceSlices[%d]: %w", i, err)
+			return nil, fmt.Errorf("view.ResourceSlices[%d]: %w", i, err)
 		}
 		id := resourcePoolID{s.Spec.Driver, s.Spec.Pool.Name}
 		p := x.pools[id]
@@ -61,46 +56,60 @@ func indexSlices(in []*resourcev1.ResourceSlice) (*sliceIndex, error) {
 		}
 		p.slices = append(p.slices, s)
 		p.generation = max(p.generation, s.Spec.Pool.Generation)
-		if s.Spec.NodeName != nil && *s.Spec.NodeName != "" {
-			addNode(*s.Spec.NodeName, id)
-		}
-		for _, d := range s.Spec.Devices {
-			if d.NodeName != nil && *d.NodeName != "" {
-				addNode(*d.NodeName, id)
+		for _, node := range sliceNodes(s) {
+			if onNode[node] == nil {
+				onNode[node] = map[resourcePoolID]bool{}
 			}
+			onNode[node][id] = true
 		}
 	}
 	for id, p := range x.pools {
 		p.complete = complete(p)
-		for _, s := range p.slices {
-			if s.Spec.Pool.Generation != p.generation {
-				continue
-			}
-			for _, d := range s.Spec.Devices {
-				node := ""
-				switch {
-				case s.Spec.NodeName != nil:
-					node = *s.Spec.NodeName
-				case d.NodeName != nil:
-					node = *d.NodeName
-				}
-				if node != "" {
-					x.local[structured.MakeDeviceID(id.driver, id.pool, d.Name)] = node
-				}
-			}
-		}
+		x.indexLocal(id, p)
 	}
 	for node, ids := range onNode {
-		list := make([]resourcePoolID, 0, len(ids))
-		for id := range ids {
-			list = append(list, id)
-		}
-		slices.SortFunc(list, func(a, b resourcePoolID) int {
+		list := slices.SortedFunc(maps.Keys(ids), func(a, b resourcePoolID) int {
 			return cmp.Or(cmp.Compare(a.driver, b.driver), cmp.Compare(a.pool, b.pool))
 		})
 		x.nodePools[node] = list
 	}
 	return x, nil
+}
+
+// sliceNodes are the nodes a slice names: its own, or its devices'.
+func sliceNodes(s *resourcev1.ResourceSlice) []string {
+	if s.Spec.NodeName != nil && *s.Spec.NodeName != "" {
+		return []string{*s.Spec.NodeName}
+	}
+	var out []string
+	for _, d := range s.Spec.Devices {
+		if d.NodeName != nil && *d.NodeName != "" {
+			out = append(out, *d.NodeName)
+		}
+	}
+	return out
+}
+
+// indexLocal records the node of each device of the pool's current slices
+// that belongs to one node alone.
+func (x *sliceIndex) indexLocal(id resourcePoolID, p *resourcePool) {
+	for _, s := range p.slices {
+		if s.Spec.Pool.Generation != p.generation {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			node := ""
+			switch {
+			case s.Spec.NodeName != nil:
+				node = *s.Spec.NodeName
+			case d.NodeName != nil:
+				node = *d.NodeName
+			}
+			if node != "" {
+				x.local[structured.MakeDeviceID(id.driver, id.pool, d.Name)] = node
+			}
+		}
+	}
 }
 
 // checkSlice checks what the index and the allocator rely on, which the API
