@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -226,5 +227,28 @@ func TestProbe(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, *got.Spec.Devices.Requests[0].Exactly); diff != "" {
 		t.Errorf("probe: -want, +got:\n%s", diff)
+	}
+}
+
+// TestConcurrentReports computes the reports of one view from several
+// goroutines, as an agent of many pools may: PoolReport changes nothing it
+// is given (go test -race checks it).
+func TestConcurrentReports(t *testing.T) {
+	pool, v, _ := busyPool(rand.New(rand.NewPCG(4, 4)), 20)
+	want := report(t, pool, v)
+	got := make([]Report, 4)
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	for i := range got {
+		wg.Go(func() { got[i], errs[i] = PoolReport(t.Context(), pool, v) })
+	}
+	wg.Wait()
+	for i := range got {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if diff := cmp.Diff(want, got[i]); diff != "" {
+			t.Errorf("report %d: -want, +got:\n%s", i, diff)
+		}
 	}
 }

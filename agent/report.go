@@ -71,7 +71,9 @@ type Free struct {
 // PoolReport computes the pool's report from the view, as CONTRACT 2.3
 // defines it. It returns an error for a pool description or a view it
 // cannot read (naming the object and the field), or when the allocator
-// fails; never a report it could not compute in full.
+// fails; never a report it could not compute in full. It changes nothing
+// it is given: the reports of many pools of one view may be computed at
+// once.
 func PoolReport(ctx context.Context, pool Pool, view View) (Report, error) {
 	devices, err := pool.devices()
 	if err != nil {
