@@ -289,6 +289,13 @@ func TestFreeDevices(t *testing.T) {
 			}},
 			want: histogram(1, bucket(1, "gpu", 2)),
 		},
+		"AnInvalidResourcePool": {
+			reason: "A pool with two devices of one name is invalid: the allocator allocates none of its devices, and the report counts none.",
+			args: args{pool: gpuPool(), slices: []*sliceWrapper{
+				slice("n1-gpu", gpuDriver, "n1").devices(gpu("gpu-0", "H100").obj(), gpu("gpu-0", "H100").obj(), gpu("gpu-1", "H100").obj()),
+			}},
+			want: histogram(1, bucket(1)),
+		},
 		"SyntheticDevicesAreNotReported": {
 			reason: "A Synthetic pool device is never claimed through DRA; a report names DRA devices only.",
 			args: args{
