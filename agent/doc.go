@@ -85,7 +85,9 @@
 //
 // # Cost
 //
-// Each free device costs one allocation: BenchmarkPoolReport measures
-// about 0.35 ms a node of 8 GPUs and 8 NICs, some of each in use, on one
-// core of the project's machine (0.35 s for a pool of 1,000 nodes).
+// Each free device costs one allocation, most of it the allocator's CEL
+// evaluation: BenchmarkPoolReport measures 0.3 to 0.5 ms a node of 8 GPUs
+// and 8 NICs, some of each in use, on the project's shared 2-core machine
+// (0.3 to 0.5 s for a pool of 1,000 nodes); a node of two GPUs of seven
+// partitions each, counted both ways, about 0.6 ms.
 package agent
