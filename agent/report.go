@@ -19,13 +19,15 @@ import (
 // ResourceSlice, DeviceClass and ResourceClaim, and when they were last
 // known to be in sync.
 type View struct {
+	// Nodes are every Node of the cluster; Pool.Nodes picks the pool's.
 	Nodes []*corev1.Node
 	// ResourceSlices are every slice of the cluster, as kube-scheduler sees
 	// them: with the taints of DeviceTaintRules applied, as
 	// k8s.io/dynamic-resource-allocation/resourceslice/tracker's
 	// ListPatchedResourceSlices returns them.
 	ResourceSlices []*resourcev1.ResourceSlice
-	DeviceClasses  []*resourcev1.DeviceClass
+	// DeviceClasses are every class; the pool's devices name theirs.
+	DeviceClasses []*resourcev1.DeviceClass
 	// ResourceClaims are every claim of the cluster, in every namespace:
 	// the allocated ones hold devices.
 	ResourceClaims []*resourcev1.ResourceClaim
