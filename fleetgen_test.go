@@ -15,18 +15,19 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/crossplane/function-sdk-go/logging"
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
-	"github.com/google/go-cmp/cmp"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
@@ -350,10 +351,7 @@ func (g *fleetGen) newEpisode() {
 		spec, _ := r["spec"].(map[string]any)
 		cl, _ := spec["clusterName"].(string)
 		key := fmt.Sprintf("replica-%s-%v", cl, labels["modelplane.ai/replica-index"])
-		obs := dgToMap(struct{}{})
-		for k, v := range r {
-			obs[k] = v
-		}
+		obs := maps.Clone(r)
 		status := "False"
 		if g.p(0.6) {
 			status = "True"
