@@ -171,12 +171,14 @@ func oracleRetain(f gFleet) []oPlacement {
 		}
 		op := oPlacement{Cluster: r.cluster, Index: r.index}
 		ok := true
-		for _, re := range r.engines {
-			ei := slices.IndexFunc(f.d.engines, func(e gEngine) bool { return e.name == re.name })
-			if ei < 0 || len(re.members) != len(f.d.engines[ei].members) {
+		// In the deployment's engine order, each matched by name.
+		for ei, de := range f.d.engines {
+			ri := slices.IndexFunc(r.engines, func(e gRepEngine) bool { return e.name == de.name })
+			if ri < 0 || len(r.engines[ri].members) != len(de.members) {
 				ok = false
 				break
 			}
+			re := r.engines[ri]
 			oe := oEngine{Name: re.name}
 			claims := false
 			for mi, rm := range re.members {

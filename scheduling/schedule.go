@@ -187,18 +187,21 @@ func (s *pass) retain() []Placement {
 }
 
 // retainedEngines re-resolves an observed replica's members against their
-// pinned pools with the deployment's current nodeSelectors, in the replica's
-// engine order.
+// pinned pools with the deployment's current nodeSelectors, in the
+// deployment's engine order (CONTRACT 3: engines mirror the deployment's),
+// whatever order the replica lists them in. The replica's engines must be
+// the deployment's: as many, of the same names.
 func (s *pass) retainedEngines(cl *cluster, r *v1alpha1.ModelReplica) ([]EnginePlacement, bool) {
 	if len(r.Spec.Engines) != len(s.engines) {
 		return nil, false
 	}
-	out := make([]EnginePlacement, 0, len(r.Spec.Engines))
-	for _, observed := range r.Spec.Engines {
-		ei := slices.IndexFunc(s.engines, func(e engine) bool { return e.name == observed.Name })
-		if ei < 0 || len(observed.Members) != len(s.engines[ei].members) {
+	out := make([]EnginePlacement, 0, len(s.engines))
+	for ei := range s.engines {
+		oi := slices.IndexFunc(r.Spec.Engines, func(e v1alpha1.ReplicaEngine) bool { return e.Name == s.engines[ei].name })
+		if oi < 0 || len(r.Spec.Engines[oi].Members) != len(s.engines[ei].members) {
 			return nil, false
 		}
+		observed := r.Spec.Engines[oi]
 		ep := EnginePlacement{Name: observed.Name}
 		matches := make([]*memberMatch, 0, len(observed.Members))
 		for mi, om := range observed.Members {

@@ -108,6 +108,13 @@ func TestSchedule(t *testing.T) {
 				shortfall: cannotHost(capacity("a", "main", wholeNodes("default", 1, 0))),
 			},
 		},
+		"RetainedEnginesFollowTheDeploymentsOrder": {
+			reason: "A retained replica's engines mirror the deployment's, in the deployment's order, whatever order the replica lists them in.",
+			args: args{snapshot(fx.Deployment("m").Engines(fx.Standalone("prefill", fx.GPURequest(1)), fx.Standalone("decode", fx.GPURequest(1))).Obj(),
+				[]*v1alpha1.InferenceCluster{fx.Cluster("a").Obj()},
+				fx.Replica("m", "a", 0).Engines(fx.PinnedStandalone("decode", "default", fx.Stamped(1)), fx.PinnedStandalone("prefill", "default", fx.Stamped(1))).Obj())},
+			want: want{placed: []string{"a/0 prefill=default[gpu:1] decode=default[gpu:1]"}},
+		},
 		"RetainOnDegradedCluster": {
 			reason: "A replica on a cluster that is not Ready and has no gateway is kept where it is.",
 			args: args{snapshot(fx.Deployment("m").Obj(),
