@@ -266,6 +266,19 @@ func TestRender(t *testing.T) {
 				condReplicasScheduled: {status: statusFalse, reasons: []string{reasonScheduling}},
 			},
 		},
+		"LowerCaseObservedAtIsUsable": {
+			reason:  "The fresh observation written 2026-10-20t20:05:30z (RFC 3339 allows lower case) is as usable: the same three replicas.",
+			fixture: "e2e/testdata/lowercase-observation",
+			replicas: []wantReplica{
+				{id{solo, 0}, l4("engine")},
+				{id{solo, 1}, l4("engine")},
+				{id{solo, 2}, l4("engine")},
+			},
+			conditions: map[string]wantCondition{
+				condCapacityObserved:  {status: statusTrue},
+				condReplicasScheduled: {status: statusFalse, reasons: []string{reasonScheduling}},
+			},
+		},
 		"PodsScheduledBeforeObservationAreNotChargedAgain": {
 			reason: "llama-70b's pods were scheduled before solo's h100 pool was observed, so the " +
 				"histogram's 4 free GPUs already exclude them: the four-GPU replica fits.",
