@@ -32,14 +32,19 @@ const (
 	reasonModelStarting        = "ModelStarting"
 	reasonCacheResolved        = "ModelCacheResolved"
 	reasonCacheNotFound        = "ModelCacheNotFound"
+	reasonNoCacheReferenced    = "NoModelCacheReferenced"
 	reasonAllPoolsObserved     = "AllPoolsObserved"
 	reasonWholeNodeFallback    = "WholeNodeFallback"
 )
 
-// setCacheCondition reports whether the referenced ModelCache resolved.
+// setCacheCondition reports whether the referenced ModelCache resolved. A
+// deployment that references none has nothing to wait for: True, so that
+// a condition left by a reference since removed does not linger (Crossplane
+// keeps a condition a function stops returning).
 func setCacheCondition(rsp *fnv1.RunFunctionResponse, cache modelCache) {
 	switch {
 	case cache.ref == nil:
+		response.ConditionTrue(rsp, condModelCacheResolved, reasonNoCacheReferenced).WithMessage("No ModelCache is referenced")
 	case cache.found:
 		response.ConditionTrue(rsp, condModelCacheResolved, reasonCacheResolved)
 	default:
@@ -115,7 +120,12 @@ func setPlanConditions(rsp *fnv1.RunFunctionResponse, plan *scheduling.Plan, obs
 		sort.Strings(clusterNames)
 		response.Normalf(rsp, "Scheduled %d replicas across %d clusters: %s", total, len(clusterNames), strings.Join(clusterNames, ", "))
 	}
+	setReadyCondition(rsp, total, ready)
+}
 
+// setReadyCondition sets ReplicasReady from how many replicas are composed
+// and how many of them are Ready.
+func setReadyCondition(rsp *fnv1.RunFunctionResponse, total, ready int) {
 	switch {
 	case total == 0:
 		response.ConditionFalse(rsp, condReplicasReady, reasonNoReplicasScheduled)
@@ -143,7 +153,13 @@ func setCapacityObserved(rsp *fnv1.RunFunctionResponse, pools []observation.Pool
 			fallback = append(fallback, fmt.Sprintf("%s/%s (%s)", p.Cluster, p.Pool, p.Reason()))
 		}
 	}
-	if len(fallback) == 0 {
+	switch {
+	case len(fallback) > 0:
+	case len(pools) == 0:
+		response.ConditionTrue(rsp, condCapacityObserved, reasonAllPoolsObserved).
+			WithMessage("No pool of a Ready cluster to account")
+		return
+	default:
 		response.ConditionTrue(rsp, condCapacityObserved, reasonAllPoolsObserved).
 			WithMessage("Every pool of every Ready cluster is accounted by free devices")
 		return

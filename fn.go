@@ -124,6 +124,8 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	setCacheCondition(rsp, cache)
 	if len(fl.Clusters) == 0 {
 		response.ConditionFalse(rsp, condReplicasScheduled, reasonNoClusters)
+		setReadyCondition(rsp, 0, 0)
+		setCapacityObserved(rsp, fl.Pools)
 		response.Warning(rsp, errors.New("No InferenceClusters found")) //nolint:staticcheck // Modelplane v0.3's warning, word for word.
 		rsp.Desired.Composite.Ready = fnv1.Ready_READY_FALSE
 		return nil
@@ -138,7 +140,9 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		Options: scheduling.Options{Binding: opts.binding, RetainOnly: cache.unresolved(), Selectors: f.selectors},
 	})
 	if invalid, ok := errors.AsType[*scheduling.InvalidSelectorError](err); ok {
-		return keepObserved(req, rsp, invalid)
+		err := keepObserved(req, rsp, invalid)
+		setCapacityObserved(rsp, fl.Pools)
+		return err
 	}
 	if err != nil {
 		return fmt.Errorf("cannot schedule replicas: %w", err)
@@ -225,6 +229,7 @@ func keepObserved(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, i
 			}
 		}
 	}
+	setReadyCondition(rsp, total, ready)
 	return writeStatus(rsp, total, ready)
 }
 

@@ -60,6 +60,10 @@ func request(t *testing.T, xr *v1alpha1.ModelDeployment, clusters []any, replica
 	}
 }
 
+// noCacheReferenced is ModelCacheResolved of a deployment that references
+// no ModelCache.
+var noCacheReferenced = cond(condModelCacheResolved, trueS, reasonNoCacheReferenced, "No ModelCache is referenced")
+
 func cond(typ string, status fnv1.Status, reason, msg string) *fnv1.Condition {
 	c := &fnv1.Condition{Type: typ, Status: status, Reason: reason, Target: fnv1.Target_TARGET_COMPOSITE.Enum()}
 	if msg != "" {
@@ -147,6 +151,7 @@ func TestRunFunctionCompose(t *testing.T) {
 		t.Errorf("the composed ModelReplica: -want, +got:\n%s", diff)
 	}
 	wantConds := []*fnv1.Condition{
+		noCacheReferenced,
 		cond(condReplicasScheduled, falseS, reasonScheduling, ""),
 		cond(condReplicasReady, falseS, reasonModelStarting, "0 of 2 ready"),
 		cond(condCapacityObserved, falseS, reasonWholeNodeFallback, "Whole-node accounting for a/default (no observation), b/default (no observation)"),
@@ -188,6 +193,7 @@ func TestRunFunctionCompose(t *testing.T) {
 		t.Errorf("replica-a-0 ready: want READY_TRUE, got %v", got)
 	}
 	wantConds = []*fnv1.Condition{
+		noCacheReferenced,
 		cond(condReplicasScheduled, trueS, reasonReplicasCreated, "Scheduled 2 of 2 replicas"),
 		cond(condReplicasReady, falseS, reasonModelStarting, "1 of 2 ready"),
 		cond(condCapacityObserved, falseS, reasonWholeNodeFallback, "Whole-node accounting for a/default (no observation), b/default (no observation)"),
@@ -234,7 +240,12 @@ func TestRunFunctionInvalidSelectorKeepsReplicas(t *testing.T) {
 	if diff := cmp.Diff(wantStatus, rsp.GetDesired().GetComposite().GetResource().GetFields()["status"], protocmp.Transform()); diff != "" {
 		t.Errorf("XR status counts the replicas kept: -want, +got:\n%s", diff)
 	}
-	c := rsp.GetConditions()[0]
+	var c *fnv1.Condition
+	for _, cc := range rsp.GetConditions() {
+		if cc.GetType() == condReplicasScheduled {
+			c = cc
+		}
+	}
 	wantPrefix := "Invalid nodeSelector CEL expression: engine main member 0 (Standalone) request gpu: selector #0: compilation failed: ERROR: <input>:1:17: Syntax error"
 	if c.GetReason() != reasonInvalidNodeSelector || c.GetStatus() != falseS || !strings.HasPrefix(c.GetMessage(), wantPrefix) {
 		t.Errorf("ReplicasScheduled: want False, %s, a message starting %q; got %v", reasonInvalidNodeSelector, wantPrefix, c)
