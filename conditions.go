@@ -9,7 +9,7 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/crossplane/function-sdk-go/response"
 
-	"github.com/modelplaneai/fleet-scheduler/internal/compose"
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -83,19 +83,14 @@ func warn(rsp *fnv1.RunFunctionResponse, warnings []string) {
 
 // setPlanConditions sets ReplicasScheduled and ReplicasReady, and emits the
 // Normal event the first time replicas are placed.
-func setPlanConditions(rsp *fnv1.RunFunctionResponse, plan *scheduling.Plan, observed map[string]*fnv1.Resource, clusters int) {
-	anyObserved, ready := false, 0
+func setPlanConditions(rsp *fnv1.RunFunctionResponse, plan *scheduling.Plan, composed []composedReplica, clusters int) {
+	anyObserved := false
 	names := map[string]bool{}
-	for _, p := range plan.Replicas {
-		names[p.Cluster] = true
-		if _, ok := observed[compose.ReplicaKey(p)]; ok {
-			anyObserved = true
-		}
-		if isReady(observed[compose.ReplicaKey(p)]) {
-			ready++
-		}
+	for _, c := range composed {
+		names[c.cluster] = true
+		anyObserved = anyObserved || c.observed
 	}
-	total := len(plan.Replicas)
+	total, ready := len(composed), countReady(composed)
 	short := ""
 	if plan.Shortfall != nil {
 		short = plan.Shortfall.String()
@@ -145,14 +140,22 @@ func join(msg, short string) string {
 
 // setCapacityObserved is True when every pool of every Ready cluster was
 // accounted from a usable observation, and otherwise names the pools on
-// whole-node accounting and why.
-func setCapacityObserved(rsp *fnv1.RunFunctionResponse, pools []observation.PoolReport) {
+// whole-node accounting and why, and the clusters that do not read.
+func setCapacityObserved(rsp *fnv1.RunFunctionResponse, fl *fleet.Fleet) {
 	var fallback []string
-	for _, p := range pools {
+	for _, p := range fl.Pools {
 		if p.ClusterReady && p.State != observation.Usable {
 			fallback = append(fallback, fmt.Sprintf("%s/%s (%s)", p.Cluster, p.Pool, p.Reason()))
 		}
 	}
+	// A cluster that does not read may be Ready: its pools are not known,
+	// let alone accounted.
+	for _, c := range fl.Clusters {
+		if c.Unreadable != "" {
+			fallback = append(fallback, fmt.Sprintf("%s (does not read: %s)", c.Object.Metadata.Name, c.Unreadable))
+		}
+	}
+	pools := fl.Pools
 	switch {
 	case len(fallback) > 0:
 	case len(pools) == 0:

@@ -168,6 +168,24 @@ func TestRender(t *testing.T) {
 			},
 			wholeNode: true,
 		},
+		"MalformedClusterDoesNotStopTheFleet": {
+			reason: "alpha's Ready status is a boolean: alpha does not read. The call is not Fatal: a Warning names alpha " +
+				"and the field, CapacityObserved names it, qwen3-8b's Ready replica on it stays as observed (index 0), and the " +
+				"second replica goes to bravo.",
+			fixture: "e2e/testdata/malformed-cluster",
+			replicas: []wantReplica{
+				{id{"alpha", 0}, l4("engine")},
+				{id{"bravo", 0}, l4("engine")},
+			},
+			ready: 1,
+			conditions: map[string]wantCondition{
+				condReplicasScheduled: {status: statusTrue, reasons: []string{"ReplicasCreated"}},
+				condReplicasReady:     {status: statusFalse, reasons: []string{reasonModelStarting}},
+				condCapacityObserved:  {status: statusFalse, message: []string{"alpha (does not read: status.conditions[0].status"}},
+			},
+			warnings:  [][]string{{"cannot read InferenceCluster alpha", "status.conditions[0].status: cannot use a boolean as a string"}},
+			wholeNode: true,
+		},
 		"TaintsAndTolerations": {
 			reason: "alpha's untolerated NoExecute taint evicts qwen3-8b's replica there and takes " +
 				"no new one; charlie's NoSchedule taint is not tolerated; bravo's is. Both " +
