@@ -392,16 +392,7 @@ func oracleWholeNode(f gFleet) ([]oPlacement, *Shortfall) {
 		for p, n := range bestTrial {
 			free[key{best.name, p}] = n
 		}
-		if used[best.name] == nil {
-			used[best.name] = map[int]bool{}
-		}
-		index := 0
-		for used[best.name][index] {
-			index++
-		}
-		used[best.name][index] = true
-		load[best.name]++
-		out = append(out, oPlacement{Cluster: best.name, Index: index, New: true, Engines: bestEngines})
+		out = append(out, oPlacement{Cluster: best.name, Index: oracleTakeIndex(used, load, best.name), New: true, Engines: bestEngines})
 	}
 	return sortPlacements(out), nil
 }
@@ -730,16 +721,7 @@ func oracleFreeDevice(f gFleet, b Binding) []oPlacement {
 			break
 		}
 		engines := place(o, best)
-		if used[best.name] == nil {
-			used[best.name] = map[int]bool{}
-		}
-		index := 0
-		for used[best.name][index] {
-			index++
-		}
-		used[best.name][index] = true
-		load[best.name]++
-		out = append(out, oPlacement{Cluster: best.name, Index: index, New: true, Engines: engines})
+		out = append(out, oPlacement{Cluster: best.name, Index: oracleTakeIndex(used, load, best.name), New: true, Engines: engines})
 	}
 	return sortPlacements(out)
 }
@@ -816,4 +798,19 @@ func oracleCharge(f gFleet, b Binding, kept []oPlacement) *oracleNodes {
 		}
 	}
 	return o
+}
+
+// oracleTakeIndex books a new replica on a cluster at the lowest index not
+// in use there, and returns it.
+func oracleTakeIndex(used map[string]map[int]bool, load map[string]int, cluster string) int {
+	if used[cluster] == nil {
+		used[cluster] = map[int]bool{}
+	}
+	index := 0
+	for used[cluster][index] {
+		index++
+	}
+	used[cluster][index] = true
+	load[cluster]++
+	return index
 }
