@@ -142,7 +142,11 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		Clusters:   fl.Clusters,
 		Replicas:   fl.Replicas,
 		// An unresolved cache keeps what exists and places nothing new.
-		Options: scheduling.Options{Binding: opts.binding, RetainOnly: cache.unresolved(), Selectors: f.selectors},
+		Options: scheduling.Options{
+			Binding: opts.binding, RetainOnly: cache.unresolved(), Selectors: f.selectors,
+			ReplaceUnscheduledAfter: opts.replaceAfter,
+		},
+		Now: now,
 	})
 	if invalid, ok := errors.AsType[*scheduling.InvalidSelectorError](err); ok {
 		err := keepObserved(req, rsp, invalid)
@@ -158,6 +162,7 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	if err != nil {
 		return err
 	}
+	warnMoves(rsp, xr, plan.Moves)
 	setPlanConditions(rsp, plan, composed, len(fl.Clusters))
 	setCapacityObserved(rsp, fl)
 	setTTL(rsp, fl.Pools, now)

@@ -192,7 +192,7 @@ func (fl *Fleet) unreadableReplica(sr *structReader, item []byte, xr *v1alpha1.M
 	name := objectName(rep.Metadata.Namespace, rep.Metadata.Name)
 	var what string
 	switch {
-	case scheduling.Ours(xr, rep.Metadata.Namespace, rep.Metadata.Labels[v1alpha1.LabelDeployment]):
+	case scheduling.Ours(xr, rep.Metadata.Namespace, rep.Metadata.Labels[v1alpha1.LabelDeployment], rep.Metadata.DeletionTimestamp != nil):
 		what = "it is this deployment's, and stays as observed until it reads"
 	case !clusterRead:
 		what = "its cluster does not read either, so it cannot be charged to any pool"
