@@ -15,6 +15,7 @@ import (
 	"github.com/crossplane/function-sdk-go/response"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/assume"
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
@@ -42,18 +43,19 @@ type Function struct {
 	// selectors keeps the deployments' compiled CEL selectors across calls;
 	// nil compiles them on every call.
 	selectors *scheduling.Selectors
+	// assumed are the replicas this server composed recently that the
+	// fleet does not show yet; nil assumes none.
+	assumed *assume.Ledger
 }
 
 // RunFunction reads the XR and the fleet, schedules, and writes the replicas,
 // endpoints, status and conditions. Bad input is a Fatal result, never an
 // error: Crossplane then keeps everything as it was. A request the request
 // codec decoded is used up once its server has returned: its fleet is gone.
-func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
+func (f *Function) RunFunction(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
 	rsp := response.To(req, response.DefaultTTL)
 	ensureDesired(rsp)
-	// The scheduler is pure and takes no context: DRA's CEL cost limit bounds
-	// every evaluation, and a pass is milliseconds.
-	if err := f.run(req, rsp); err != nil { //nolint:contextcheck // See above.
+	if err := f.run(ctx, req, rsp); err != nil {
 		response.Fatal(rsp, err)
 	}
 	return rsp, nil
@@ -61,7 +63,7 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 
 // run reads the input and the XR, asks for the fleet, and once Crossplane
 // has fetched it, schedules and composes.
-func (f *Function) run(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse) error {
+func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse) error {
 	opts, err := readInput(req)
 	if err != nil {
 		return err
@@ -81,7 +83,7 @@ func (f *Function) run(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRespon
 	if err != nil {
 		return err
 	}
-	return f.compose(req, rsp, xr, required.cache, fl, opts, now)
+	return f.compose(ctx, req, rsp, xr, required.cache, fl, opts, now)
 }
 
 // ensureDesired makes sure the response has a desired state to write into,
@@ -119,7 +121,7 @@ func (f *Function) clock() time.Time {
 }
 
 // compose schedules and writes everything the response carries.
-func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, cache modelCache, fl *fleet.Fleet, opts options, now time.Time) error {
+func (f *Function) compose(ctx context.Context, req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, cache modelCache, fl *fleet.Fleet, opts options, now time.Time) error {
 	warn(rsp, fl.Warnings)
 	setCacheCondition(rsp, cache)
 	if len(fl.Clusters) == 0 {
@@ -137,7 +139,7 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	}
 	warnObservations(rsp, fl.Pools, fl.Findings)
 
-	plan, err := scheduling.Schedule(scheduling.Snapshot{
+	plan, err := f.schedule(ctx, scheduling.Snapshot{
 		Deployment: xr,
 		Clusters:   fl.Clusters,
 		Replicas:   fl.Replicas,
@@ -147,7 +149,7 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 			ReplaceUnscheduledAfter: opts.replaceAfter,
 		},
 		Now: now,
-	})
+	}, fl)
 	if invalid, ok := errors.AsType[*scheduling.InvalidSelectorError](err); ok {
 		err := keepObserved(req, rsp, invalid)
 		setCapacityObserved(rsp, fl)

@@ -135,7 +135,7 @@ func (s *pass) replace(asObserved []Placement, kept []keptReplica) ([]keptReplic
 		memory := Replacement{Moves: k.memory.Moves + 1, MovedAt: s.now.UTC().Truncate(time.Second), StuckOn: appendNew(slices.Clone(k.memory.StuckOn), from...)}
 		move := Placement{
 			Cluster: best.name, Index: k.Index, Gateway: best.gateway(), ClusterLabels: best.placementLabels(),
-			Engines: res.engines, Name: k.Name, Replacement: &memory,
+			Engines: res.engines, Name: k.Name, Replacement: &memory, Moved: true,
 		}
 		if best.name != k.Cluster {
 			move.Index = lowestFreeIndex(used[best.name])

@@ -123,7 +123,11 @@ func newPass(s Snapshot, engines []engine) *pass {
 			countedBefore[cl.name] = before
 		}
 	}
-	p.replicas = make([]Replica, 0, len(s.Replicas))
+	p.replicas = make([]Replica, 0, len(s.Replicas)+len(s.Assumed))
+	for _, r := range s.Assumed {
+		r.Assumed = true
+		p.replicas = append(p.replicas, r)
+	}
 	for _, r := range s.Replicas {
 		before, ok := countedBefore[r.Object.Spec.ClusterName]
 		if p.ours(r) || !ok || !r.CountedBy(before) {
@@ -139,7 +143,7 @@ func newPass(s Snapshot, engines []engine) *pass {
 
 // ours reports whether a replica is this deployment's.
 func (s *pass) ours(r Replica) bool {
-	return Ours(s.deployment, r.Object.Metadata.Namespace, r.Object.Metadata.Labels[v1alpha1.LabelDeployment], r.Deleting)
+	return !r.Assumed && Ours(s.deployment, r.Object.Metadata.Namespace, r.Object.Metadata.Labels[v1alpha1.LabelDeployment], r.Deleting)
 }
 
 // Ours reports whether a replica in namespace, whose modelplane.ai/deployment

@@ -49,6 +49,11 @@ type Snapshot struct {
 	// Now is the time of the pass, which how long a replica has waited is
 	// measured against. The zero time re-places nothing.
 	Now time.Time
+
+	// Assumed are replicas other passes composed recently that the fleet
+	// does not show yet (CONTRACT 4.6): charged where they are pinned as
+	// replicas whose pods are not scheduled, never the deployment's.
+	Assumed []Replica
 }
 
 // Cluster is a candidate InferenceCluster and the agent's usable reports of
@@ -108,6 +113,10 @@ type Replica struct {
 	// hold devices, so it is charged where it is pinned, but it is never
 	// the deployment's: neither kept nor counted (CONTRACT 4.1).
 	Deleting bool
+
+	// Assumed is whether the replica is an assumed placement (Snapshot's
+	// Assumed): charged, never the deployment's.
+	Assumed bool
 
 	// Unreadable, when not empty, says why the ModelReplica could not be
 	// read in full (the field and its defect). Object then holds what did
@@ -184,8 +193,9 @@ type Placement struct {
 	// Engines are in the deployment's engine order.
 	Engines []EnginePlacement
 
-	// New is true for a replica placed by this pass.
-	New bool
+	// New is true for a replica placed by this pass, and Moved for one
+	// re-placed by it (CONTRACT 4.5): on another cluster it is New too.
+	New, Moved bool
 
 	// Replacement is what to remember of re-placing the replica, written
 	// in its AnnotationReplacement; nil for none.

@@ -12,6 +12,7 @@ package fleet
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
@@ -45,6 +46,34 @@ type Fleet struct {
 	// Warnings are the objects that could not be read, and what is made
 	// of them.
 	Warnings []string
+
+	// all are every replica read, and shown indexes them by name, made
+	// when first asked.
+	all   []entry
+	shown map[[2]string]*entry
+}
+
+// Shows reports whether the fleet holds the replica namespace/name on
+// cluster, its engines pinned to pools (in engine order) where they were
+// read: a replica every report counts, whose engines were not read, on its
+// cluster is shown whatever its pools.
+func (fl *Fleet) Shows(namespace, name, cluster string, pools []string) bool {
+	if fl.shown == nil {
+		fl.shown = make(map[[2]string]*entry, len(fl.all))
+		for i := range fl.all {
+			o := fl.all[i].replica.Object
+			fl.shown[[2]string{o.Metadata.Namespace, o.Metadata.Name}] = &fl.all[i]
+		}
+	}
+	e, ok := fl.shown[[2]string{namespace, name}]
+	if !ok || e.replica.Object.Spec.ClusterName != cluster {
+		return false
+	}
+	if e.spec != nil {
+		// Its engines were never read: no report has lost it.
+		return true
+	}
+	return slices.Equal(e.replica.Object.Pools(), pools)
 }
 
 // Reader reads fleets, keeping what it read of each InferenceCluster and
@@ -115,6 +144,7 @@ func (r *Reader) Read(clusters, replicas Items, xr *v1alpha1.ModelDeployment, no
 		return out, nil
 	}
 	out.Replicas, out.Findings = out.readPins(entries)
+	out.all = entries
 	return out, nil
 }
 
@@ -239,7 +269,8 @@ func (fl *Fleet) readPins(entries []entry) ([]scheduling.Replica, []observation.
 	var r structReader
 	kept := make([]scheduling.Replica, 0, len(entries))
 	var findings []observation.ReplicaFinding
-	for _, e := range entries {
+	for i := range entries {
+		e := &entries[i]
 		if e.observed != nil && e.observed.finding != nil {
 			findings = append(findings, *e.observed.finding)
 		}
@@ -263,6 +294,8 @@ func (fl *Fleet) readPins(entries []entry) ([]scheduling.Replica, []observation.
 		} else {
 			rep.Object = withPins
 		}
+		// Read now, as the scheduler will see it.
+		e.replica, e.spec = rep, nil
 		kept = append(kept, rep)
 	}
 	return kept, findings
