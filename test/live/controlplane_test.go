@@ -27,8 +27,9 @@ const (
 	crossplaneNamespace = "crossplane-system"
 )
 
-// controlPlane is etcd, kube-apiserver and Crossplane core, with the function
-// installed from its package and served over mTLS.
+// controlPlane is etcd, kube-apiserver, kube-controller-manager's garbage
+// collector and Crossplane core, with the function installed from its
+// package and served over mTLS.
 type controlPlane struct {
 	root string // the repository
 	logs string // the processes' logs, kept after the test
@@ -144,8 +145,12 @@ func (cp *controlPlane) dumpObjects(t *testing.T) {
 	t.Helper()
 	var b strings.Builder
 	for _, k := range []struct{ apiVersion, kind string }{
-		{apiVersion, "ModelDeployment"}, {apiVersion, "ModelReplica"}, {apiVersion, "ModelEndpoint"}, {apiVersion, "InferenceCluster"},
-		{"pkg.crossplane.io/v1", "Function"}, {"pkg.crossplane.io/v1", "FunctionRevision"},
+		{apiVersion, "ModelDeployment"},
+		{apiVersion, "ModelReplica"},
+		{apiVersion, "ModelEndpoint"},
+		{apiVersion, "InferenceCluster"},
+		{"pkg.crossplane.io/v1", "Function"},
+		{"pkg.crossplane.io/v1", "FunctionRevision"},
 	} {
 		l := &unstructured.UnstructuredList{}
 		l.SetAPIVersion(k.apiVersion)

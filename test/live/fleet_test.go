@@ -206,11 +206,14 @@ func (cp *controlPlane) replicasOf(t *testing.T, namespace, deployment string) [
 	return items
 }
 
-// uids maps the names of objects to their uids.
+// uids maps the names of objects to their uids, leaving out those being
+// deleted.
 func uids(items []unstructured.Unstructured) map[string]string {
 	m := map[string]string{}
 	for _, u := range items {
-		m[u.GetName()] = string(u.GetUID())
+		if u.GetDeletionTimestamp() == nil {
+			m[u.GetName()] = string(u.GetUID())
+		}
 	}
 	return m
 }
