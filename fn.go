@@ -48,20 +48,35 @@ type Function struct {
 // endpoints, status and conditions. Bad input is a Fatal result, never an
 // error: Crossplane then keeps everything as it was. A request the request
 // codec decoded is used up once its server has returned: its fleet is gone.
-func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
+//
+// A call whose caller has gone (cancelled, or past its deadline) stops at
+// the next phase and returns the context's error: nobody reads its answer.
+func (f *Function) RunFunction(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
 	rsp := response.To(req, response.DefaultTTL)
 	ensureDesired(rsp)
-	// The scheduler is pure and takes no context: DRA's CEL cost limit bounds
-	// every evaluation, and a pass is milliseconds.
-	if err := f.run(req, rsp); err != nil { //nolint:contextcheck // See above.
+	if err := f.run(ctx, req, rsp); err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil, err
+		}
 		response.Fatal(rsp, err)
 	}
 	return rsp, nil
 }
 
+// gone is the context's error once the caller has gone, so that the phase
+// about to start is skipped. The scheduler itself is pure and takes no
+// context: DRA's CEL cost limit bounds every evaluation, and a pass is
+// milliseconds.
+func gone(ctx context.Context, phase string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("cannot %s: the caller has gone: %w", phase, err)
+	}
+	return nil
+}
+
 // run reads the input and the XR, asks for the fleet, and once Crossplane
 // has fetched it, schedules and composes.
-func (f *Function) run(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse) error {
+func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse) error {
 	opts, err := readInput(req)
 	if err != nil {
 		return err
@@ -81,7 +96,10 @@ func (f *Function) run(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRespon
 	if err != nil {
 		return err
 	}
-	return f.compose(req, rsp, xr, required.cache, fl, opts, now)
+	if err := gone(ctx, "answer the call"); err != nil {
+		return err
+	}
+	return f.compose(ctx, req, rsp, xr, required.cache, fl, opts, now)
 }
 
 // ensureDesired makes sure the response has a desired state to write into,
@@ -119,7 +137,7 @@ func (f *Function) clock() time.Time {
 }
 
 // compose schedules and writes everything the response carries.
-func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, cache modelCache, fl *fleet.Fleet, opts options, now time.Time) error {
+func (f *Function) compose(ctx context.Context, req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, cache modelCache, fl *fleet.Fleet, opts options, now time.Time) error {
 	warn(rsp, fl.Warnings)
 	setCacheCondition(rsp, cache)
 	if len(fl.Clusters) == 0 {
@@ -130,7 +148,10 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	}
 	warnObservations(rsp, fl.Pools, fl.Findings)
 
-	plan, err := scheduling.Schedule(scheduling.Snapshot{
+	if err := gone(ctx, "schedule replicas"); err != nil {
+		return err
+	}
+	plan, err := scheduling.Schedule(scheduling.Snapshot{ //nolint:contextcheck // Pure, and bounded: see gone.
 		Deployment: xr,
 		Clusters:   fl.Clusters,
 		Replicas:   fl.Replicas,
@@ -144,6 +165,9 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		return fmt.Errorf("cannot schedule replicas: %w", err)
 	}
 
+	if err := gone(ctx, "compose replicas"); err != nil {
+		return err
+	}
 	observed := req.GetObserved().GetResources()
 	if err := writeComposed(rsp, xr, plan, observed); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -367,6 +368,52 @@ func TestRunFunctionUnreadableReplicas(t *testing.T) {
 				if !strings.Contains(got[i], w) {
 					t.Errorf("%s\nresult %d: %q, want it to contain %q", tc.reason, i, got[i], w)
 				}
+			}
+		})
+	}
+}
+
+// TestRunFunctionCallerGone: a call whose caller has gone stops its work
+// and returns the context's error, which gRPC sends as its status code.
+func TestRunFunctionCallerGone(t *testing.T) {
+	xr := fx.Deployment("qwen3-8b").Obj()
+	req := request(t, xr, []any{fx.Cluster("a").Obj()}, nil)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancelExpired := context.WithDeadline(context.Background(), now)
+	defer cancelExpired()
+	cases := map[string]struct {
+		reason string
+		ctx    context.Context
+		want   error
+	}{
+		"Cancelled": {
+			reason: "Crossplane gave the call up: nothing is scheduled or composed.",
+			ctx:    cancelled,
+			want:   context.Canceled,
+		},
+		"PastDeadline": {
+			reason: "The call's deadline has passed: nothing is scheduled or composed.",
+			ctx:    expired,
+			want:   context.DeadlineExceeded,
+		},
+		"Live": {
+			reason: "A caller still waiting gets its answer.",
+			ctx:    context.Background(),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }}
+			rsp, err := f.RunFunction(tc.ctx, proto.CloneOf(req))
+			if diff := cmp.Diff(tc.want, err, cmpopts.EquateErrors()); diff != "" {
+				t.Errorf("%s\nRunFunction(...): -want error, +got:\n%s", tc.reason, diff)
+			}
+			if got, want := composedReplicas(rsp), 1; tc.want == nil && got != want {
+				t.Errorf("%s\nRunFunction(...): composed %d replicas, want %d", tc.reason, got, want)
+			}
+			if tc.want != nil && rsp != nil {
+				t.Errorf("%s\nRunFunction(...): want no response, got %v", tc.reason, rsp)
 			}
 		})
 	}
