@@ -197,3 +197,46 @@ func TestRunFunctionWarningsDoNotDependOnOrder(t *testing.T) {
 		t.Errorf("want 4 warnings and 1 event, got %d results: %v", n, first.GetResults())
 	}
 }
+
+func TestEveryPathSetsEveryCondition(t *testing.T) {
+	// Crossplane keeps a condition a function stops returning: on each path
+	// every condition the function owns is set, with what holds now.
+	invalid := fx.Deployment("m").Engines(fx.Standalone("main", fx.Request("gpu", 1, "device.attributes["))).Obj()
+	ready := &fnv1.Resource{Resource: toStruct(t, map[string]any{
+		"apiVersion": v1alpha1.APIVersion, "kind": v1alpha1.KindModelReplica,
+		"metadata": map[string]any{"name": "m-a-0", "namespace": fx.Namespace},
+		"status":   map[string]any{"conditions": []any{map[string]any{"type": "Ready", "status": "True"}}},
+	})}
+	type reasons map[string]string
+	cases := map[string]struct {
+		reason string
+		req    *fnv1.RunFunctionRequest
+		want   reasons
+	}{
+		"InvalidNodeSelector": {
+			reason: "A nodeSelector that does not compile keeps what exists: one Ready replica, so ReplicasReady says all of it is ready, and CapacityObserved says how the pools are counted.",
+			req: func() *fnv1.RunFunctionRequest {
+				r := request(t, invalid, []any{fx.Cluster("a").Obj()}, nil)
+				r.Observed.Resources = map[string]*fnv1.Resource{"replica-a-0": ready}
+				return r
+			}(),
+			want: reasons{condModelCacheResolved: reasonNoCacheReferenced, condReplicasScheduled: reasonInvalidNodeSelector, condReplicasReady: reasonAllReplicasReady, condCapacityObserved: reasonWholeNodeFallback},
+		},
+		"NoClusters": {
+			reason: "With no cluster, nothing is scheduled, nothing is ready, and there is no pool to count.",
+			req:    request(t, fx.Deployment("m").Obj(), nil, nil),
+			want:   reasons{condModelCacheResolved: reasonNoCacheReferenced, condReplicasScheduled: reasonNoClusters, condReplicasReady: reasonNoReplicasScheduled, condCapacityObserved: reasonAllPoolsObserved},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := reasons{}
+			for _, c := range run(t, tc.req).GetConditions() {
+				got[c.GetType()] = c.GetReason()
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("%s\nconditions, type to reason: -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}

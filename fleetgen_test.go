@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -488,6 +489,54 @@ func TestFirstCallAnswersAsWarm(t *testing.T) {
 		}
 		if !bytes.Equal(wb, gb) {
 			t.Fatalf("request %d: a warm server answers otherwise than a fresh one: -fresh, +warm:\n%s", i, cmp.Diff(want, got, protocmp.Transform()))
+		}
+	}
+}
+
+// ownedConditions are the XR conditions the function owns.
+var ownedConditions = []string{condReplicasScheduled, condReplicasReady, condModelCacheResolved, condCapacityObserved}
+
+// TestEveryCallSetsEveryCondition: Crossplane keeps a condition a function
+// stops returning, so every call that gets as far as the fleet sets every
+// condition the function owns, on every path: placed, no clusters, an
+// invalid nodeSelector, a ModelCache missing or not referenced.
+func TestEveryCallSetsEveryCondition(t *testing.T) {
+	g := &fleetGen{rng: rand.New(rand.NewPCG(7, 42))}
+	paths := map[string]int{}
+	for i := range 2000 {
+		if i%4 == 0 {
+			g.newEpisode()
+		} else {
+			g.evolve()
+		}
+		req := g.build()
+		clock := g.now
+		f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return clock }}
+		rsp, err := f.RunFunction(context.Background(), req)
+		if err != nil {
+			t.Fatalf("request %d: RunFunction(...): %v", i, err)
+		}
+		_, clusters := req.GetRequiredResources()[requiredClusters]
+		_, replicas := req.GetRequiredResources()[requiredReplicas]
+		_, cache := req.GetRequiredResources()[requiredCache]
+		fatal := slices.ContainsFunc(rsp.GetResults(), func(r *fnv1.Result) bool { return r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL })
+		if fatal || !clusters || !replicas || (rsp.GetRequirements().GetResources()[requiredCache] != nil && !cache) {
+			continue
+		}
+		got := map[string]string{}
+		for _, c := range rsp.GetConditions() {
+			got[c.GetType()] = c.GetReason()
+		}
+		paths[got[condReplicasScheduled]]++
+		for _, typ := range ownedConditions {
+			if _, ok := got[typ]; !ok {
+				t.Errorf("request %d: no %s condition; the response sets %v", i, typ, got)
+			}
+		}
+	}
+	for _, reason := range []string{reasonReplicasCreated, reasonScheduling, reasonInsufficientCapacity, reasonNoClusters, reasonInvalidNodeSelector} {
+		if paths[reason] == 0 {
+			t.Errorf("no request took the %s path: the generator is too narrow (paths taken: %v)", reason, paths)
 		}
 	}
 }

@@ -141,7 +141,14 @@ func (f *Function) compose(ctx context.Context, req *fnv1.RunFunctionRequest, rs
 	warn(rsp, fl.Warnings)
 	setCacheCondition(rsp, cache)
 	if len(fl.Clusters) == 0 {
+		// Nothing to schedule on; what did not read stays as observed.
+		composed, err := writeComposed(rsp, xr, &scheduling.Plan{Replicas: scheduling.AsObserved(xr, fl.Replicas)}, req.GetObserved().GetResources())
+		if err != nil {
+			return err
+		}
 		response.ConditionFalse(rsp, condReplicasScheduled, reasonNoClusters)
+		setReadyCondition(rsp, len(composed), countReady(composed))
+		setCapacityObserved(rsp, fl)
 		response.Warning(rsp, errors.New("No InferenceClusters found")) //nolint:staticcheck // Modelplane v0.3's warning, word for word.
 		rsp.Desired.Composite.Ready = fnv1.Ready_READY_FALSE
 		return nil
@@ -159,7 +166,9 @@ func (f *Function) compose(ctx context.Context, req *fnv1.RunFunctionRequest, rs
 		Options: scheduling.Options{Binding: opts.binding, RetainOnly: cache.unresolved(), Selectors: f.selectors},
 	})
 	if invalid, ok := errors.AsType[*scheduling.InvalidSelectorError](err); ok {
-		return keepObserved(req, rsp, invalid)
+		err := keepObserved(req, rsp, invalid)
+		setCapacityObserved(rsp, fl)
+		return err
 	}
 	if err != nil {
 		return fmt.Errorf("cannot schedule replicas: %w", err)
@@ -169,38 +178,54 @@ func (f *Function) compose(ctx context.Context, req *fnv1.RunFunctionRequest, rs
 		return err
 	}
 	observed := req.GetObserved().GetResources()
-	if err := writeComposed(rsp, xr, plan, observed); err != nil {
+	composed, err := writeComposed(rsp, xr, plan, observed)
+	if err != nil {
 		return err
 	}
-	setPlanConditions(rsp, plan, observed, len(fl.Clusters))
-	setCapacityObserved(rsp, fl.Pools)
+	setPlanConditions(rsp, plan, composed, len(fl.Clusters))
+	setCapacityObserved(rsp, fl)
 	setTTL(rsp, fl.Pools, now)
 	return nil
 }
 
+// composedReplica is what a response composes of one placed replica.
+type composedReplica struct {
+	cluster string
+	// observed is whether the replica was composed before, and is observed.
+	observed, ready bool
+}
+
 // writeComposed writes a ModelReplica per placement, a ModelEndpoint per
 // placement that is Ready on a cluster with a gateway, and the XR's status.
-func writeComposed(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, plan *scheduling.Plan, observed map[string]*fnv1.Resource) error {
-	ready := 0
+// A placement kept as observed is written as observed.
+func writeComposed(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, plan *scheduling.Plan, observed map[string]*fnv1.Resource) ([]composedReplica, error) {
+	var composed []composedReplica
 	enc := compose.NewEncoder()
 	for _, p := range plan.Replicas {
+		if p.AsObserved {
+			if c, ok := keepAsObserved(rsp, p, observed); ok {
+				composed = append(composed, c)
+			}
+			continue
+		}
 		s, err := enc.Replica(compose.Replica(xr, p))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		r := &fnv1.Resource{Resource: s}
-		replicaReady := isReady(observed[compose.ReplicaKey(p)])
-		if replicaReady {
+		obs, wasObserved := observed[compose.ReplicaKey(p)]
+		c := composedReplica{cluster: p.Cluster, observed: wasObserved, ready: isReady(obs)}
+		if c.ready {
 			r.Ready = fnv1.Ready_READY_TRUE
-			ready++
 		}
 		rsp.Desired.Resources[compose.ReplicaKey(p)] = r
-		if p.Gateway == "" || !replicaReady {
+		composed = append(composed, c)
+		if p.Gateway == "" || !c.ready {
 			continue
 		}
 		s, err = compose.Encode(compose.Endpoint(xr, p))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		e := &fnv1.Resource{Resource: s}
 		if isReady(observed[compose.EndpointKey(p)]) {
@@ -208,14 +233,70 @@ func writeComposed(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, 
 		}
 		rsp.Desired.Resources[compose.EndpointKey(p)] = e
 	}
-	if err := writeStatus(rsp, len(plan.Replicas), ready); err != nil {
-		return err
+	if err := writeStatus(rsp, len(composed), countReady(composed)); err != nil {
+		return nil, err
 	}
-	if len(plan.Replicas) == 0 {
+	if len(composed) == 0 {
 		// An XR with nothing composed would otherwise read as ready.
 		rsp.Desired.Composite.Ready = fnv1.Ready_READY_FALSE
 	}
-	return nil
+	return composed, nil
+}
+
+// countReady is how many of the composed replicas are Ready.
+func countReady(composed []composedReplica) int {
+	n := 0
+	for _, c := range composed {
+		if c.ready {
+			n++
+		}
+	}
+	return n
+}
+
+// keepAsObserved writes a replica kept as observed, and its endpoint if it
+// has one, exactly as they are observed. A replica this XR does not compose
+// (none is observed of it) is not this XR's to keep: false.
+func keepAsObserved(rsp *fnv1.RunFunctionResponse, p scheduling.Placement, observed map[string]*fnv1.Resource) (composedReplica, bool) {
+	key, obs := observedReplica(p, observed)
+	if obs == nil {
+		return composedReplica{}, false
+	}
+	keep := func(key string, obs *fnv1.Resource) {
+		desired := &fnv1.Resource{Resource: compose.DesiredFromObserved(obs.GetResource())}
+		if isReady(obs) {
+			desired.Ready = fnv1.Ready_READY_TRUE
+		}
+		rsp.Desired.Resources[key] = desired
+	}
+	keep(key, obs)
+	if endpoint, ok := observed[compose.EndpointKeyOf(key)]; ok {
+		keep(compose.EndpointKeyOf(key), endpoint)
+	}
+	return composedReplica{cluster: p.Cluster, observed: true, ready: isReady(obs)}, true
+}
+
+// observedReplica is the observed composed ModelReplica of a placement kept
+// as observed: under its key, or, when its identity did not read, the one
+// of its name.
+func observedReplica(p scheduling.Placement, observed map[string]*fnv1.Resource) (string, *fnv1.Resource) {
+	name := func(r *fnv1.Resource) string {
+		return r.GetResource().GetFields()["metadata"].GetStructValue().GetFields()["name"].GetStringValue()
+	}
+	if key := compose.ReplicaKey(p); p.Cluster != "" && name(observed[key]) == p.Name {
+		return key, observed[key]
+	}
+	keys := make([]string, 0, len(observed))
+	for k := range observed {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if compose.IsReplicaKey(k) && name(observed[k]) == p.Name {
+			return k, observed[k]
+		}
+	}
+	return "", nil
 }
 
 // keepObserved answers a nodeSelector that does not compile: nothing new is
@@ -249,6 +330,7 @@ func keepObserved(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, i
 			}
 		}
 	}
+	setReadyCondition(rsp, total, ready)
 	return writeStatus(rsp, total, ready)
 }
 

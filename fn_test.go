@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
+	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -60,6 +62,10 @@ func request(t *testing.T, xr *v1alpha1.ModelDeployment, clusters []any, replica
 		},
 	}
 }
+
+// noCacheReferenced is ModelCacheResolved of a deployment that references
+// no ModelCache.
+var noCacheReferenced = cond(condModelCacheResolved, trueS, reasonNoCacheReferenced, "No ModelCache is referenced")
 
 func cond(typ string, status fnv1.Status, reason, msg string) *fnv1.Condition {
 	c := &fnv1.Condition{Type: typ, Status: status, Reason: reason, Target: fnv1.Target_TARGET_COMPOSITE.Enum()}
@@ -148,6 +154,7 @@ func TestRunFunctionCompose(t *testing.T) {
 		t.Errorf("the composed ModelReplica: -want, +got:\n%s", diff)
 	}
 	wantConds := []*fnv1.Condition{
+		noCacheReferenced,
 		cond(condReplicasScheduled, falseS, reasonScheduling, ""),
 		cond(condReplicasReady, falseS, reasonModelStarting, "0 of 2 ready"),
 		cond(condCapacityObserved, falseS, reasonWholeNodeFallback, "Whole-node accounting for a/default (no observation), b/default (no observation)"),
@@ -189,6 +196,7 @@ func TestRunFunctionCompose(t *testing.T) {
 		t.Errorf("replica-a-0 ready: want READY_TRUE, got %v", got)
 	}
 	wantConds = []*fnv1.Condition{
+		noCacheReferenced,
 		cond(condReplicasScheduled, trueS, reasonReplicasCreated, "Scheduled 2 of 2 replicas"),
 		cond(condReplicasReady, falseS, reasonModelStarting, "1 of 2 ready"),
 		cond(condCapacityObserved, falseS, reasonWholeNodeFallback, "Whole-node accounting for a/default (no observation), b/default (no observation)"),
@@ -235,7 +243,12 @@ func TestRunFunctionInvalidSelectorKeepsReplicas(t *testing.T) {
 	if diff := cmp.Diff(wantStatus, rsp.GetDesired().GetComposite().GetResource().GetFields()["status"], protocmp.Transform()); diff != "" {
 		t.Errorf("XR status counts the replicas kept: -want, +got:\n%s", diff)
 	}
-	c := rsp.GetConditions()[0]
+	var c *fnv1.Condition
+	for _, cc := range rsp.GetConditions() {
+		if cc.GetType() == condReplicasScheduled {
+			c = cc
+		}
+	}
 	wantPrefix := "Invalid nodeSelector CEL expression: engine main member 0 (Standalone) request gpu: selector #0: compilation failed: ERROR: <input>:1:17: Syntax error"
 	if c.GetReason() != reasonInvalidNodeSelector || c.GetStatus() != falseS || !strings.HasPrefix(c.GetMessage(), wantPrefix) {
 		t.Errorf("ReplicasScheduled: want False, %s, a message starting %q; got %v", reasonInvalidNodeSelector, wantPrefix, c)
@@ -267,107 +280,210 @@ func serve(t *testing.T, f *Function, req *fnv1.RunFunctionRequest) *fnv1.RunFun
 
 // replicaObject is a ModelReplica as generic JSON, to give any field any
 // type.
-func replicaObject(deployment, name string, engines, conditions any) map[string]any {
+// replicaObject is a ModelReplica of a deployment at index 0 on a cluster,
+// its engines and conditions as given: any types, to make one that does not
+// read.
+func replicaObject(deployment, name string, cluster, engines, conditions any) map[string]any {
 	return map[string]any{
 		"apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelReplica",
 		"metadata": map[string]any{"name": name, "namespace": fx.Namespace, "labels": map[string]any{
 			"modelplane.ai/deployment": deployment, "modelplane.ai/replica-index": "0",
 		}},
-		"spec":   map[string]any{"clusterName": "a", "engines": engines},
+		"spec":   map[string]any{"clusterName": cluster, "engines": engines},
 		"status": map[string]any{"conditions": conditions},
 	}
 }
 
-// TestRunFunctionUnreadableReplicas: which replicas that cannot be read
-// fail the call, which are skipped with one warning, and in what order,
-// whatever the fields the function no longer reads of settled replicas
-// (found in review).
-func TestRunFunctionUnreadableReplicas(t *testing.T) {
+// TestRunFunctionUnreadableObjects: an InferenceCluster or a ModelReplica
+// that does not read never stops the rest of the fleet (CONTRACT 4.4). It
+// is warned of by name and field; the deployment's own replica, or one on a
+// cluster that does not read, stays desired exactly as observed; another
+// deployment's is charged conservatively; only the XR and the input are
+// Fatal.
+func TestRunFunctionUnreadableObjects(t *testing.T) {
 	observedAt := now.Add(-time.Minute)
-	cluster := fx.Cluster("a").Pools(fx.Pool("default", 2).Devices(fx.GPU("gpu", 1, "80Gi")).
-		Observed(observedAt, 2, fx.NodesFree(2, "gpu", 1)).Obj()).Obj()
+	// a has one one-GPU node, free.
+	oneNode := func(name string) *v1alpha1.InferenceCluster {
+		return fx.Cluster(name).Pools(fx.Pool("default", 1).Devices(fx.GPU("gpu", 1, "80Gi")).
+			Observed(observedAt, 1, fx.NodesFree(1, "gpu", 1)).Obj()).Obj()
+	}
+	malformedCluster := func(name string) map[string]any {
+		c := toStruct(t, oneNode(name)).AsMap()
+		c["status"].(map[string]any)["conditions"].([]any)[0].(map[string]any)["status"] = true
+		return c
+	}
 	xr := fx.Deployment("m").Engines(fx.Standalone("main", fx.GPURequest(1))).Obj()
 	badEngines := []any{map[string]any{"name": "main", "copies": "two", "members": []any{}}}
 	scheduledBefore := []any{map[string]any{"type": "PodsScheduled", "status": "True", "lastTransitionTime": observedAt.Add(-time.Minute).Format(time.RFC3339)}}
+	goodEngines := toStruct(t, fx.Replica("x", "a", 0).Obj()).AsMap()["spec"].(map[string]any)["engines"]
+	// ours is an observed composed replica, as Crossplane sends it back.
+	ours := func(cluster string) *fnv1.Resource {
+		return &fnv1.Resource{Resource: toStruct(t, fx.Replica("m", cluster, 0).Name(compose.ReplicaName("m", cluster, 0)).Obj())}
+	}
+	oursNamed := func(cluster string, engines any) map[string]any {
+		return replicaObject("m", compose.ReplicaName("m", cluster, 0), cluster, engines, nil)
+	}
 
+	type want struct {
+		// warnings are substrings of the Warning results, one each.
+		warnings []string
+		// keptAsObserved are keys desired exactly as observed.
+		keptAsObserved []string
+		// placed are the keys of the other replicas composed.
+		placed []string
+	}
 	cases := map[string]struct {
 		reason   string
 		clusters []any
 		replicas []any
-		// want are the results of severity Fatal or Warning that name a
-		// ModelReplica, by a part of their message each.
-		want []string
-		// wantSeverity is the severity of those results.
-		wantSeverity fnv1.Severity
+		observed map[string]*fnv1.Resource
+		want     want
 	}{
-		"OwnUnreadableWithoutClusters": {
-			reason:       "Our own replica that cannot be read fails the call even when there are no clusters, so it is never dropped.",
-			replicas:     []any{replicaObject("m", "m-a-0", badEngines, nil)},
-			want:         []string{"cannot read ModelReplica ml-team/m-a-0: spec.engines[0].copies"},
-			wantSeverity: fnv1.Severity_SEVERITY_FATAL,
-		},
-		"FirstOwnUnreadableNamed": {
-			reason:   "Of two own replicas that cannot be read, the first in the request is named.",
-			clusters: []any{cluster},
-			replicas: []any{
-				replicaObject("m", "m-a-0", badEngines, nil),
-				func() map[string]any {
-					r := replicaObject("m", "m-a-1", []any{}, nil)
-					r["metadata"].(map[string]any)["labels"].(map[string]any)["modelplane.ai/replica-index"] = 5.0
-					return r
-				}(),
+		"OwnUnreadableStaysAsObserved": {
+			reason:   "The deployment's replica whose engines do not read stays desired as observed, counts toward spec.replicas, and nothing replaces it.",
+			clusters: []any{oneNode("a"), oneNode("b")},
+			replicas: []any{oursNamed("a", badEngines)},
+			observed: map[string]*fnv1.Resource{"replica-a-0": ours("a")},
+			want: want{
+				warnings:       []string{"cannot read ModelReplica ml-team/" + compose.ReplicaName("m", "a", 0) + ": spec.engines[0].copies: cannot use a string as a whole number; it is this deployment's, and stays as observed"},
+				keptAsObserved: []string{"replica-a-0"},
 			},
-			want:         []string{"cannot read ModelReplica ml-team/m-a-0: spec.engines[0].copies"},
-			wantSeverity: fnv1.Severity_SEVERITY_FATAL,
 		},
-		"OtherUnreadableOneWarning": {
-			reason:       "Another deployment's replica the reports do not count, whose engines and conditions are both unreadable, is skipped with one warning, not one per defect.",
-			clusters:     []any{cluster},
-			replicas:     []any{replicaObject("other", "other-a-0", badEngines, "not a list")},
-			want:         []string{"cannot read ModelReplica ml-team/other-a-0: spec.engines[0].copies"},
-			wantSeverity: fnv1.Severity_SEVERITY_WARNING,
+		"OwnUnreadableWithoutClusters": {
+			reason:   "With no cluster at all, the replica that does not read still stays as observed.",
+			replicas: []any{oursNamed("a", badEngines)},
+			observed: map[string]*fnv1.Resource{"replica-a-0": ours("a")},
+			want: want{
+				warnings:       []string{"spec.engines[0].copies", "No InferenceClusters found"},
+				keptAsObserved: []string{"replica-a-0"},
+			},
+		},
+		"OwnUnreadableClusterNameFoundByName": {
+			reason:   "When the replica's own cluster name does not read, it is found among the observed composed resources by name.",
+			clusters: []any{oneNode("a")},
+			replicas: []any{replicaObject("m", compose.ReplicaName("m", "a", 0), 7.0, badEngines, nil)},
+			observed: map[string]*fnv1.Resource{"replica-a-0": ours("a")},
+			want: want{
+				warnings:       []string{"spec.clusterName: cannot use a number as a string; it is this deployment's"},
+				keptAsObserved: []string{"replica-a-0"},
+			},
+		},
+		"OwnOnMalformedClusterStaysAsObserved": {
+			reason:   "A cluster whose Ready status is a boolean does not read: it takes no new replica, names its field, and the deployment's replica on it stays as observed; the second replica goes to b.",
+			clusters: []any{malformedCluster("a"), oneNode("b")},
+			replicas: []any{oursNamed("a", goodEngines)},
+			observed: map[string]*fnv1.Resource{"replica-a-0": ours("a")},
+			want: want{
+				warnings:       []string{"cannot read InferenceCluster a: status.conditions[0].status: cannot use a boolean as a string; it takes no new replicas"},
+				keptAsObserved: []string{"replica-a-0"},
+			},
+		},
+		"MalformedPoolCountSkipsTheCluster": {
+			reason: "A cluster whose pool's nodes is a string does not read; the replica goes to the other cluster.",
+			clusters: []any{func() map[string]any {
+				c := toStruct(t, oneNode("a")).AsMap()
+				c["status"].(map[string]any)["gpuPools"].([]any)[0].(map[string]any)["nodes"] = "three"
+				return c
+			}(), oneNode("b")},
+			want: want{
+				warnings: []string{"cannot read InferenceCluster a: status.gpuPools[0].nodes: cannot use a string as a whole number"},
+				placed:   []string{"replica-b-0"},
+			},
+		},
+		"OtherUnreadableEnginesTakeAWholeNode": {
+			reason:   "Another deployment's replica whose engines do not read could hold any pool of its cluster: it is charged a whole node of each, and the one node is taken. Its conditions, not a list, are a finding of their own.",
+			clusters: []any{oneNode("a")},
+			replicas: []any{replicaObject("other", "other-a-0", "a", badEngines, "not a list")},
+			want: want{
+				warnings: []string{
+					"cannot read ModelReplica ml-team/other-a-0: spec.engines[0].copies: cannot use a string as a whole number; its pools do not read, so it is charged a whole node of every pool of a",
+					"ModelReplica ml-team/other-a-0: status.conditions: not a list; treating its pods as not yet counted",
+				},
+			},
+		},
+		"OtherUnreadableLabelChargedAsUnscheduled": {
+			reason:   "Another deployment's replica whose index label does not read is charged as not scheduled on the pool it is pinned to, though its pods were scheduled before the report: the node is taken.",
+			clusters: []any{oneNode("a")},
+			replicas: []any{func() map[string]any {
+				r := replicaObject("other", "other-a-0", "a", goodEngines, scheduledBefore)
+				r["metadata"].(map[string]any)["labels"].(map[string]any)["modelplane.ai/replica-index"] = 5.0
+				return r
+			}()},
+			want: want{warnings: []string{"metadata.labels.modelplane.ai/replica-index: cannot use a number as a string; it is charged as not scheduled on the pools it is pinned to"}},
+		},
+		"OtherUnreadableClusterChargedNowhere": {
+			reason:   "Another deployment's replica whose cluster does not read cannot be charged anywhere, and says so; the replica is placed.",
+			clusters: []any{oneNode("a")},
+			replicas: []any{replicaObject("other", "other-a-0", 7.0, badEngines, nil)},
+			want: want{
+				warnings: []string{"spec.clusterName: cannot use a number as a string; its cluster does not read either, so it cannot be charged to any pool"},
+				placed:   []string{"replica-a-0"},
+			},
 		},
 		"OtherWithoutNamespaceNamed": {
 			reason:   "A replica without a namespace is named without a slash.",
-			clusters: []any{cluster},
+			clusters: []any{oneNode("a")},
 			replicas: []any{func() map[string]any {
-				r := replicaObject("other", "other-a-0", badEngines, nil)
+				r := replicaObject("other", "other-a-0", "a", badEngines, nil)
 				delete(r["metadata"].(map[string]any), "namespace")
 				return r
 			}()},
-			want:         []string{"cannot read ModelReplica other-a-0: spec.engines[0].copies"},
-			wantSeverity: fnv1.Severity_SEVERITY_WARNING,
+			want: want{warnings: []string{"cannot read ModelReplica other-a-0: spec.engines[0].copies"}},
 		},
 		"OtherSettledNotRead": {
 			reason:   "Another deployment's replica every report counts charges nothing wherever it is pinned: its engines are not read, so not warned of.",
-			clusters: []any{cluster},
-			replicas: []any{replicaObject("other", "other-a-0", badEngines, scheduledBefore)},
+			clusters: []any{oneNode("a")},
+			replicas: []any{replicaObject("other", "other-a-0", "a", badEngines, scheduledBefore)},
+			want:     want{placed: []string{"replica-a-0"}},
 		},
 		"NullStatusIsNoStatus": {
-			reason:   "A PodsScheduled condition with a null status is not scheduled, as one without a status: no warning.",
-			clusters: []any{cluster},
-			replicas: []any{replicaObject("other", "other-a-0", []any{}, []any{map[string]any{"type": "PodsScheduled", "status": nil}})},
+			reason:   "A PodsScheduled condition with a null status is not scheduled, as one without a status: no warning, and it is charged.",
+			clusters: []any{oneNode("a"), oneNode("b")},
+			replicas: []any{replicaObject("other", "other-a-0", "a", goodEngines, []any{map[string]any{"type": "PodsScheduled", "status": nil}})},
+			want:     want{placed: []string{"replica-b-0"}},
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			rsp := run(t, request(t, xr, tc.clusters, tc.replicas))
-			var got []string
+			req := request(t, xr, tc.clusters, tc.replicas)
+			req.Observed.Resources = tc.observed
+			rsp := run(t, req)
+			var warnings []string
 			for _, r := range rsp.GetResults() {
-				if strings.Contains(r.GetMessage(), "ModelReplica") || strings.Contains(r.GetMessage(), "status.conditions") {
-					got = append(got, r.GetMessage())
-					if r.GetSeverity() != tc.wantSeverity {
-						t.Errorf("%s\nresult %q: severity %s, want %s", tc.reason, r.GetMessage(), r.GetSeverity(), tc.wantSeverity)
-					}
+				switch r.GetSeverity() {
+				case fnv1.Severity_SEVERITY_FATAL:
+					t.Errorf("%s\nFatal result %q: only the XR and the input may be Fatal", tc.reason, r.GetMessage())
+				case fnv1.Severity_SEVERITY_WARNING:
+					warnings = append(warnings, r.GetMessage())
+				case fnv1.Severity_SEVERITY_NORMAL, fnv1.Severity_SEVERITY_UNSPECIFIED:
 				}
 			}
-			if len(got) != len(tc.want) {
-				t.Fatalf("%s\nresults about replicas: %q, want %d, containing %q", tc.reason, got, len(tc.want), tc.want)
+			if len(warnings) != len(tc.want.warnings) {
+				t.Errorf("%s\nwarnings: %q, want %d, containing %q", tc.reason, warnings, len(tc.want.warnings), tc.want.warnings)
 			}
-			for i, w := range tc.want {
-				if !strings.Contains(got[i], w) {
-					t.Errorf("%s\nresult %d: %q, want it to contain %q", tc.reason, i, got[i], w)
+			for _, w := range tc.want.warnings {
+				if !slices.ContainsFunc(warnings, func(got string) bool { return strings.Contains(got, w) }) {
+					t.Errorf("%s\nno warning contains %q in %q", tc.reason, w, warnings)
 				}
+			}
+			var kept, placed []string
+			for key, d := range rsp.GetDesired().GetResources() {
+				if !compose.IsReplicaKey(key) {
+					continue
+				}
+				if obs, ok := tc.observed[key]; ok && proto.Equal(d.GetResource(), compose.DesiredFromObserved(obs.GetResource())) {
+					kept = append(kept, key)
+					continue
+				}
+				placed = append(placed, key)
+			}
+			slices.Sort(kept)
+			slices.Sort(placed)
+			if diff := cmp.Diff(tc.want.keptAsObserved, kept, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("%s\nreplicas desired exactly as observed: -want, +got:\n%s", tc.reason, diff)
+			}
+			if diff := cmp.Diff(tc.want.placed, placed, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("%s\nreplicas composed anew: -want, +got:\n%s", tc.reason, diff)
 			}
 		})
 	}

@@ -168,6 +168,24 @@ func TestRender(t *testing.T) {
 			},
 			wholeNode: true,
 		},
+		"MalformedClusterDoesNotStopTheFleet": {
+			reason: "alpha's Ready status is a boolean: alpha does not read. The call is not Fatal: a Warning names alpha " +
+				"and the field, CapacityObserved names it, qwen3-8b's Ready replica on it stays as observed (index 0), and the " +
+				"second replica goes to bravo.",
+			fixture: "e2e/testdata/malformed-cluster",
+			replicas: []wantReplica{
+				{id{"alpha", 0}, l4("engine")},
+				{id{"bravo", 0}, l4("engine")},
+			},
+			ready: 1,
+			conditions: map[string]wantCondition{
+				condReplicasScheduled: {status: statusTrue, reasons: []string{"ReplicasCreated"}},
+				condReplicasReady:     {status: statusFalse, reasons: []string{reasonModelStarting}},
+				condCapacityObserved:  {status: statusFalse, message: []string{"alpha (does not read: status.conditions[0].status"}},
+			},
+			warnings:  [][]string{{"cannot read InferenceCluster alpha", "status.conditions[0].status: cannot use a boolean as a string"}},
+			wholeNode: true,
+		},
 		"TaintsAndTolerations": {
 			reason: "alpha's untolerated NoExecute taint evicts qwen3-8b's replica there and takes " +
 				"no new one; charlie's NoSchedule taint is not tolerated; bravo's is. Both " +
@@ -256,6 +274,19 @@ func TestRender(t *testing.T) {
 		"FreshObservationCountsFreeDevices": {
 			reason:  "The same pool observed 30s ago: eight free L4s take all three one-GPU replicas.",
 			fixture: "e2e/testdata/fresh-observation",
+			replicas: []wantReplica{
+				{id{solo, 0}, l4("engine")},
+				{id{solo, 1}, l4("engine")},
+				{id{solo, 2}, l4("engine")},
+			},
+			conditions: map[string]wantCondition{
+				condCapacityObserved:  {status: statusTrue},
+				condReplicasScheduled: {status: statusFalse, reasons: []string{reasonScheduling}},
+			},
+		},
+		"LowerCaseObservedAtIsUsable": {
+			reason:  "The fresh observation written 2026-10-20t20:05:30z (RFC 3339 allows lower case) is as usable: the same three replicas.",
+			fixture: "e2e/testdata/lowercase-observation",
 			replicas: []wantReplica{
 				{id{solo, 0}, l4("engine")},
 				{id{solo, 1}, l4("engine")},

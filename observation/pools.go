@@ -195,7 +195,7 @@ func readPool(p *v1alpha1.GPUPool) poolReading {
 		r.report = invalid(r.report, FieldObservedAt, "not a string")
 		return r
 	}
-	observedAt, err := time.Parse(time.RFC3339, at)
+	observedAt, err := ParseTime(at)
 	if err != nil {
 		r.report = invalid(r.report, FieldObservedAt, fmt.Sprintf("%q is not an RFC 3339 time", at))
 		return r

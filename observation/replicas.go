@@ -84,7 +84,7 @@ func scheduledSince(o *v1alpha1.ModelReplica) (*time.Time, string) {
 		if !ok {
 			return nil, fmt.Sprintf("status.conditions[%d].lastTransitionTime: not a string", i)
 		}
-		t, err := time.Parse(time.RFC3339, s)
+		t, err := ParseTime(s)
 		if err != nil {
 			return nil, fmt.Sprintf("status.conditions[%d].lastTransitionTime: %q is not an RFC 3339 time", i, s)
 		}

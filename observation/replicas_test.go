@@ -67,6 +67,11 @@ func TestReplicas(t *testing.T) {
 			args:   []*v1alpha1.ModelReplica{withConditions(`[{"type":"PodsScheduled","status":"True"}]`)},
 			want:   want{since: []*time.Time{nil}},
 		},
+		"LowerCaseTime": {
+			reason: "A lastTransitionTime with a lower-case t and z is RFC 3339: the replica's pods are counted from then.",
+			args:   []*v1alpha1.ModelReplica{withConditions(`[{"type":"PodsScheduled","status":"True","lastTransitionTime":"` + strings.ToLower(scheduledAt.Format(time.RFC3339)) + `"}]`)},
+			want:   want{since: []*time.Time{&scheduledAt}},
+		},
 		"GarbageTime": {
 			reason: "An unreadable lastTransitionTime is a finding, and the replica is charged.",
 			args:   []*v1alpha1.ModelReplica{withConditions(`[{"type":"Ready","status":"True"},{"type":"PodsScheduled","status":"True","lastTransitionTime":"a while ago"}]`)},

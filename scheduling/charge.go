@@ -40,6 +40,14 @@ func (s *pass) charge(r Replica) {
 	if cl == nil {
 		return
 	}
+	if r.Unreadable != "" && len(r.Object.Spec.Engines) == 0 {
+		// Its engines did not read: it may hold any pool of its cluster,
+		// and is charged a whole node of each.
+		for _, p := range cl.pools {
+			s.chargeWholeNode(cl, p)
+		}
+		return
+	}
 	for _, e := range r.Object.Spec.Engines {
 		// Members of one engine share a pool; a replica that says otherwise
 		// is charged pool by pool, in member order.
@@ -76,6 +84,20 @@ func (s *pass) chargeEngineOnPool(cl *cluster, p *pool, e v1alpha1.ReplicaEngine
 		groups = append(groups, g)
 	}
 	d := demand{copies: countOr(e.Copies, 1), gang: gang, members: groups}
+	if _, short := reserveEngine(l, p, d, s.binding); short != nil {
+		s.chargeUnfit(l, d)
+	}
+}
+
+// chargeWholeNode books one pod that takes a whole node of a pool: every
+// DRA device of an empty node, or the node under whole-node accounting.
+func (s *pass) chargeWholeNode(cl *cluster, p *pool) {
+	l := s.ledger[cl.name][p.index]
+	claim := []int64{1}
+	if !l.whole {
+		claim = emptyNode(p)
+	}
+	d := demand{copies: 1, members: []podGroup{{pods: 1, claim: claim}}}
 	if _, short := reserveEngine(l, p, d, s.binding); short != nil {
 		s.chargeUnfit(l, d)
 	}

@@ -13,6 +13,8 @@ type cluster struct {
 	observed map[string]*PoolObservation
 	// matches caches matchMember per pool, engine and member.
 	matches map[matchKey]*memberMatch
+	// unreadable says why the cluster could not be read; empty when it was.
+	unreadable string
 }
 
 // pool is a published GPU pool of a cluster.
@@ -25,11 +27,12 @@ type pool struct {
 
 func newCluster(c Cluster, kinds *deviceKinds) *cluster {
 	cl := &cluster{
-		name:     c.Object.Metadata.Name,
-		obj:      c.Object,
-		poolByID: map[string]*pool{},
-		observed: c.Observed,
-		matches:  map[matchKey]*memberMatch{},
+		name:       c.Object.Metadata.Name,
+		obj:        c.Object,
+		poolByID:   map[string]*pool{},
+		observed:   c.Observed,
+		matches:    map[matchKey]*memberMatch{},
+		unreadable: c.Unreadable,
 	}
 	for i, gp := range c.Object.Status.GPUPools {
 		p := &pool{index: i, name: gp.Name, nodes: clampCount(gp.Nodes)}
@@ -112,6 +115,8 @@ func tolerates(tol v1alpha1.Toleration, t v1alpha1.Taint) bool {
 // newReplicaFilter says why the cluster cannot take a new replica, or nil.
 func (c *cluster) newReplicaFilter(tolerations []v1alpha1.Toleration) *Reason {
 	switch {
+	case c.unreadable != "":
+		return &Reason{Kind: ReasonUnreadable, Defect: c.unreadable}
 	case !c.ready():
 		return &Reason{Kind: ReasonNotReady}
 	case c.gateway() == "":

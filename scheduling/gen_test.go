@@ -3,6 +3,7 @@ package scheduling
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
@@ -385,6 +386,10 @@ func genReplica(c chooser, f gFleet, serial int) gReplica {
 		if len(r.engines[0].members) > 1 {
 			r.engines[0].members[0].role = v1alpha1.RoleStandalone
 		}
+	}
+	if len(r.engines) > 1 && c.IntN(3) == 0 {
+		// Engines listed in another order than the deployment's.
+		slices.Reverse(r.engines)
 	}
 	switch c.IntN(5) {
 	case 0:

@@ -121,3 +121,26 @@ func gangNodes(pool string, pods int64, claim []DeviceCount, have int64) PoolSho
 func saturated(pool string, wholeNode bool) PoolShortage {
 	return PoolShortage{Pool: pool, WholeNode: wholeNode, Saturated: true}
 }
+
+func unreadable(cluster, defect string) ClusterVerdict {
+	return ClusterVerdict{Cluster: cluster, Reason: Reason{Kind: ReasonUnreadable, Defect: defect}}
+}
+
+// unreadableCluster makes a snapshot's cluster one that did not read: its
+// name only, and the defect.
+func unreadableCluster(s Snapshot, name, defect string) Snapshot {
+	for i, c := range s.Clusters {
+		if c.Object.Metadata.Name == name {
+			s.Clusters[i] = Cluster{Object: &v1alpha1.InferenceCluster{Metadata: v1alpha1.ObjectMeta{Name: name}}, Unreadable: defect}
+		}
+	}
+	return s
+}
+
+// unreadableReplica makes a snapshot's i-th replica one that did not read
+// whole: what read is kept, its PodsScheduled time is not.
+func unreadableReplica(s Snapshot, i int, defect string) Snapshot {
+	s.Replicas[i].Unreadable = defect
+	s.Replicas[i].ScheduledSince = nil
+	return s
+}

@@ -171,12 +171,14 @@ func oracleRetain(f gFleet) []oPlacement {
 		}
 		op := oPlacement{Cluster: r.cluster, Index: r.index}
 		ok := true
-		for _, re := range r.engines {
-			ei := slices.IndexFunc(f.d.engines, func(e gEngine) bool { return e.name == re.name })
-			if ei < 0 || len(re.members) != len(f.d.engines[ei].members) {
+		// In the deployment's engine order, each matched by name.
+		for ei, de := range f.d.engines {
+			ri := slices.IndexFunc(r.engines, func(e gRepEngine) bool { return e.name == de.name })
+			if ri < 0 || len(r.engines[ri].members) != len(de.members) {
 				ok = false
 				break
 			}
+			re := r.engines[ri]
 			oe := oEngine{Name: re.name}
 			claims := false
 			for mi, rm := range re.members {
@@ -390,16 +392,7 @@ func oracleWholeNode(f gFleet) ([]oPlacement, *Shortfall) {
 		for p, n := range bestTrial {
 			free[key{best.name, p}] = n
 		}
-		if used[best.name] == nil {
-			used[best.name] = map[int]bool{}
-		}
-		index := 0
-		for used[best.name][index] {
-			index++
-		}
-		used[best.name][index] = true
-		load[best.name]++
-		out = append(out, oPlacement{Cluster: best.name, Index: index, New: true, Engines: bestEngines})
+		out = append(out, oPlacement{Cluster: best.name, Index: oracleTakeIndex(used, load, best.name), New: true, Engines: bestEngines})
 	}
 	return sortPlacements(out), nil
 }
@@ -728,16 +721,7 @@ func oracleFreeDevice(f gFleet, b Binding) []oPlacement {
 			break
 		}
 		engines := place(o, best)
-		if used[best.name] == nil {
-			used[best.name] = map[int]bool{}
-		}
-		index := 0
-		for used[best.name][index] {
-			index++
-		}
-		used[best.name][index] = true
-		load[best.name]++
-		out = append(out, oPlacement{Cluster: best.name, Index: index, New: true, Engines: engines})
+		out = append(out, oPlacement{Cluster: best.name, Index: oracleTakeIndex(used, load, best.name), New: true, Engines: engines})
 	}
 	return sortPlacements(out)
 }
@@ -814,4 +798,19 @@ func oracleCharge(f gFleet, b Binding, kept []oPlacement) *oracleNodes {
 		}
 	}
 	return o
+}
+
+// oracleTakeIndex books a new replica on a cluster at the lowest index not
+// in use there, and returns it.
+func oracleTakeIndex(used map[string]map[int]bool, load map[string]int, cluster string) int {
+	if used[cluster] == nil {
+		used[cluster] = map[int]bool{}
+	}
+	index := 0
+	for used[cluster][index] {
+		index++
+	}
+	used[cluster][index] = true
+	load[cluster]++
+	return index
 }

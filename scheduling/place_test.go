@@ -153,6 +153,41 @@ func TestScheduleFreeDevices(t *testing.T) {
 				fx.Replica("other", "a", 0).Engines(fx.PinnedStandalone("main", "h100", stamped(8))).Obj()),
 			want: want{placed: []string{"a/0 main=h100[gpu:1] +", "a/1 main=h100[gpu:1] +"}},
 		},
+		"UnreadableEnginesTakeAWholeNode": {
+			reason: "Another deployment's replica whose engines did not read is charged a whole node of each pool of its cluster: of two empty 8-GPU nodes one is left, for one of the two replicas.",
+			snapshot: func() Snapshot {
+				s := snapshot(fx.Deployment("m").Engines(fx.Standalone("main", anyGPU(8))).Replicas(2).Obj(), cluster(h100(2).Observed(observedAt, 2, fx.NodesFree(2, "gpu", 8)).Obj()),
+					fx.Replica("other", "a", 0).Engines().Obj())
+				return unreadableReplica(s, 0, "spec.engines[0].copies: cannot use a string as a whole number")
+			}(),
+			want: want{
+				placed:    []string{"a/0 main=h100[gpu:8] +"},
+				shortfall: cannotHost(capacity("a", "main", roomFor("h100", 1, []DeviceCount{{Name: "gpu", Count: 8}}, 0))),
+			},
+		},
+		"UnreadableReplicaChargedAsUnscheduled": {
+			reason: "Another deployment's replica that did not read whole but whose engines did is charged where they are pinned, as not scheduled, whatever its PodsScheduled said.",
+			snapshot: func() Snapshot {
+				s := snapshot(fx.Deployment("m").Engines(fx.Standalone("main", anyGPU(8))).Replicas(2).Obj(), cluster(h100(2).Observed(observedAt, 2, fx.NodesFree(2, "gpu", 8)).Obj()),
+					fx.Replica("other", "a", 0).Engines(fx.PinnedStandalone("main", "h100", stamped(8))).PodsScheduled("True", before).Obj())
+				return unreadableReplica(s, 0, "metadata.labels.modelplane.ai/replica-index: cannot use a number as a string")
+			}(),
+			want: want{
+				placed:    []string{"a/0 main=h100[gpu:8] +"},
+				shortfall: cannotHost(capacity("a", "main", roomFor("h100", 1, []DeviceCount{{Name: "gpu", Count: 8}}, 0))),
+			},
+		},
+		"UnreadableWholeNodePool": {
+			reason: "Under whole-node accounting the replica whose engines did not read takes one node of each pool.",
+			snapshot: func() Snapshot {
+				s := snapshot(oneGPU().Replicas(2).Obj(), cluster(l4(2).Obj()), fx.Replica("other", "a", 0).Engines().Obj())
+				return unreadableReplica(s, 0, "spec.engines: cannot use a string as a list")
+			}(),
+			want: want{
+				placed:    []string{"a/0 main=l4[gpu:1] +"},
+				shortfall: cannotHost(capacity("a", "main", wholeNodes("l4", 1, 0))),
+			},
+		},
 		"WholeNodePoolInDeficitTakesNothingNew": {
 			reason: "Without a report, a pool whose charged pods exceed its nodes takes nothing new, as Modelplane.",
 			snapshot: snapshot(oneGPU().Obj(), cluster(l4(1).Obj()),

@@ -50,10 +50,13 @@ func schedule(s Snapshot) (*Plan, *pass, error) {
 	p := newPass(s, engines)
 
 	wanted := int(min(max(s.Deployment.Spec.Replicas, 0), maxCount))
-	kept := p.retain()
-	if len(kept) > wanted {
-		kept = scaleDown(kept, wanted)
+	asObserved, kept := p.retain()
+	// What could not be read is never dropped: dropping it would make
+	// Crossplane delete a replica that may be running.
+	if len(asObserved)+len(kept) > wanted {
+		kept = scaleDown(kept, max(wanted-len(asObserved), 0))
 	}
+	kept = append(asObserved, kept...)
 	plan := &Plan{Wanted: int64(wanted), Replicas: kept}
 	if !s.Options.RetainOnly && len(kept) < wanted {
 		ids := make(map[identity]bool, len(kept))
@@ -153,9 +156,10 @@ func parseIndex(s string) int {
 // retain keeps each of this deployment's replicas whose cluster still exists
 // and does not evict it, whose engines and members still line up with the
 // deployment's, and whose every pinned pool still exists and matches.
-// Retention ignores capacity, readiness and the gateway.
-func (s *pass) retain() []Placement {
-	var kept []Placement
+// Retention ignores capacity, readiness and the gateway. A replica, or one
+// on a cluster, that could not be read is kept as observed, apart
+// (asObserved).
+func (s *pass) retain() (asObserved, kept []Placement) {
 	seen := map[identity]bool{}
 	tolerations := s.deployment.Spec.Template.Spec.Tolerations
 	for _, r := range s.replicas {
@@ -163,8 +167,21 @@ func (s *pass) retain() []Placement {
 			continue
 		}
 		id := identityOf(r.Object)
+		if seen[id] {
+			continue
+		}
 		cl := s.clusters[id.cluster]
-		if cl == nil || seen[id] {
+		if r.Unreadable != "" || (cl != nil && cl.unreadable != "") {
+			// A replica, or a cluster, that did not read cannot be judged:
+			// it stays as observed. One whose cluster did not read is known
+			// by name only, and does not take an identity from another.
+			if id.cluster != "" {
+				seen[id] = true
+			}
+			asObserved = append(asObserved, observedPlacement(r, id))
+			continue
+		}
+		if cl == nil {
 			continue
 		}
 		if cl.untolerated(tolerations, v1alpha1.TaintNoExecute) != nil {
@@ -183,22 +200,52 @@ func (s *pass) retain() []Placement {
 			Engines:       engines,
 		})
 	}
-	return kept
+	return asObserved, kept
+}
+
+// AsObserved are the deployment's replicas that did not read, each kept
+// exactly as observed, as Schedule keeps them: for a caller with no cluster
+// to schedule on.
+func AsObserved(d *v1alpha1.ModelDeployment, replicas []Replica) []Placement {
+	var out []Placement
+	for _, r := range replicas {
+		if r.Unreadable != "" && Ours(d, r.Object.Metadata.Namespace, r.Object.Metadata.Labels[v1alpha1.LabelDeployment]) {
+			out = append(out, observedPlacement(r, identityOf(r.Object)))
+		}
+	}
+	return out
+}
+
+// observedPlacement is a replica kept exactly as observed, its engines as
+// it lists them.
+func observedPlacement(r Replica, id identity) Placement {
+	p := Placement{Cluster: id.cluster, Index: id.index, AsObserved: true, Name: r.Object.Metadata.Name}
+	for _, e := range r.Object.Spec.Engines {
+		ep := EnginePlacement{Name: e.Name}
+		for _, m := range e.Members {
+			ep.Members = append(ep.Members, MemberPlacement{Role: roleOf(m.Role), Pool: m.NodePoolName, DeviceRequests: m.DeviceRequests})
+		}
+		p.Engines = append(p.Engines, ep)
+	}
+	return p
 }
 
 // retainedEngines re-resolves an observed replica's members against their
-// pinned pools with the deployment's current nodeSelectors, in the replica's
-// engine order.
+// pinned pools with the deployment's current nodeSelectors, in the
+// deployment's engine order (CONTRACT 3: engines mirror the deployment's),
+// whatever order the replica lists them in. The replica's engines must be
+// the deployment's: as many, of the same names.
 func (s *pass) retainedEngines(cl *cluster, r *v1alpha1.ModelReplica) ([]EnginePlacement, bool) {
 	if len(r.Spec.Engines) != len(s.engines) {
 		return nil, false
 	}
-	out := make([]EnginePlacement, 0, len(r.Spec.Engines))
-	for _, observed := range r.Spec.Engines {
-		ei := slices.IndexFunc(s.engines, func(e engine) bool { return e.name == observed.Name })
-		if ei < 0 || len(observed.Members) != len(s.engines[ei].members) {
+	out := make([]EnginePlacement, 0, len(s.engines))
+	for ei := range s.engines {
+		oi := slices.IndexFunc(r.Spec.Engines, func(e v1alpha1.ReplicaEngine) bool { return e.Name == s.engines[ei].name })
+		if oi < 0 || len(r.Spec.Engines[oi].Members) != len(s.engines[ei].members) {
 			return nil, false
 		}
+		observed := r.Spec.Engines[oi]
 		ep := EnginePlacement{Name: observed.Name}
 		matches := make([]*memberMatch, 0, len(observed.Members))
 		for mi, om := range observed.Members {

@@ -30,6 +30,9 @@ func placed(p Placement) string {
 	if p.New {
 		s += " +"
 	}
+	if p.AsObserved {
+		s += " (as observed " + p.Name + ")"
+	}
 	return s
 }
 
@@ -107,6 +110,37 @@ func TestSchedule(t *testing.T) {
 				placed:    []string{"a/0 main=default[gpu:1] +", "a/1 main=default[gpu:1] +"},
 				shortfall: cannotHost(capacity("a", "main", wholeNodes("default", 1, 0))),
 			},
+		},
+		"RetainedEnginesFollowTheDeploymentsOrder": {
+			reason: "A retained replica's engines mirror the deployment's, in the deployment's order, whatever order the replica lists them in.",
+			args: args{snapshot(fx.Deployment("m").Engines(fx.Standalone("prefill", fx.GPURequest(1)), fx.Standalone("decode", fx.GPURequest(1))).Obj(),
+				[]*v1alpha1.InferenceCluster{fx.Cluster("a").Obj()},
+				fx.Replica("m", "a", 0).Engines(fx.PinnedStandalone("decode", "default", fx.Stamped(1)), fx.PinnedStandalone("prefill", "default", fx.Stamped(1))).Obj())},
+			want: want{placed: []string{"a/0 prefill=default[gpu:1] decode=default[gpu:1]"}},
+		},
+		"UnreadableClusterKeepsOursAsObserved": {
+			reason: "A cluster that does not read takes no new replica and says why; the deployment's replica on it is kept exactly as observed, and counts toward spec.replicas.",
+			args: args{unreadableCluster(snapshot(fx.Deployment("m").Replicas(4).Obj(),
+				[]*v1alpha1.InferenceCluster{fx.Cluster("a").Obj(), fx.Cluster("b").Obj()},
+				fx.Replica("m", "a", 0).Obj()), "a", "status.conditions[0].status: cannot use a boolean as a string")},
+			want: want{
+				placed:    []string{"a/0 main=default[gpu:1] (as observed m-a-0)", "b/0 main=default[gpu:1] +", "b/1 main=default[gpu:1] +"},
+				shortfall: cannotHost(unreadable("a", "status.conditions[0].status: cannot use a boolean as a string"), capacity("b", "main", wholeNodes("default", 1, 0))),
+			},
+		},
+		"UnreadableOwnReplicaNeverDropped": {
+			reason: "The deployment's replica that did not read stays as observed even when the deployment scales to zero: dropping it would delete what may be running.",
+			args: args{unreadableReplica(snapshot(fx.Deployment("m").Replicas(0).Obj(),
+				[]*v1alpha1.InferenceCluster{fx.Cluster("a").Obj()},
+				fx.Replica("m", "a", 0).Obj(), fx.Replica("m", "a", 1).Obj()), 1, "spec.engines[0].copies: cannot use a string as a whole number")},
+			want: want{placed: []string{"a/1 main=default[gpu:1] (as observed m-a-1)"}},
+		},
+		"UnreadableOwnReplicaCounts": {
+			reason: "Kept as observed, the replica holds its identity and counts: one more is placed, at the next index.",
+			args: args{unreadableReplica(snapshot(fx.Deployment("m").Replicas(2).Obj(),
+				[]*v1alpha1.InferenceCluster{fx.Cluster("a").Obj()},
+				fx.Replica("m", "a", 0).Obj()), 0, "metadata.labels: cannot use a list as an object")},
+			want: want{placed: []string{"a/0 main=default[gpu:1] (as observed m-a-0)", "a/1 main=default[gpu:1] +"}},
 		},
 		"RetainOnDegradedCluster": {
 			reason: "A replica on a cluster that is not Ready and has no gateway is kept where it is.",

@@ -52,6 +52,12 @@ type Cluster struct {
 	// shared with other passes, concurrent ones included, and are only
 	// read.
 	Observed map[string]*PoolObservation
+
+	// Unreadable, when not empty, says why the InferenceCluster could not
+	// be read (the field and its defect); Object then holds its name only.
+	// It takes no new replica, and the deployment's replicas on it are kept
+	// as observed.
+	Unreadable string
 }
 
 // PoolObservation is a usable report of one pool by the cluster agent.
@@ -80,6 +86,14 @@ type Replica struct {
 	// ScheduledSince is when the replica's PodsScheduled condition last
 	// became True. Nil when it is not True or carries no usable time.
 	ScheduledSince *time.Time
+
+	// Unreadable, when not empty, says why the ModelReplica could not be
+	// read in full (the field and its defect). Object then holds what did
+	// read: its identity, and its cluster and engines if they read. The
+	// deployment's own is kept as observed; another deployment's is charged
+	// as not scheduled where its engines are pinned, and a whole node of
+	// every pool of its cluster where they could not be read.
+	Unreadable string
 }
 
 // Plan is the outcome of a scheduling pass.
@@ -116,6 +130,13 @@ type Placement struct {
 
 	// New is true for a replica placed by this pass.
 	New bool
+
+	// AsObserved is true for a replica kept exactly as it is because it, or
+	// its cluster, could not be read: what is composed for it is what was
+	// observed, and Name is its object's name. Its Engines are as observed
+	// (nil when they did not read), and nothing else of it was worked out.
+	AsObserved bool
+	Name       string
 }
 
 // EnginePlacement is where one engine of a replica runs.

@@ -2,6 +2,8 @@ package codec
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -35,6 +37,17 @@ func itemsOf(ss ...*structpb.Struct) *fnv1.Resources {
 // decoded back into Structs to compare.
 func wireStructs(t *testing.T, res *fnv1.Resources) ([]*structpb.Struct, error) {
 	t.Helper()
+	items, err := decodedItems(res)
+	if errors.Is(err, errNotAStruct) {
+		t.Fatal(err)
+	}
+	return items, err
+}
+
+var errNotAStruct = errors.New("an item is not a Struct")
+
+// decodedItems are a required resource's items as All reads them, decoded.
+func decodedItems(res *fnv1.Resources) ([]*structpb.Struct, error) {
 	items, err := All(res)
 	if err != nil {
 		return nil, err
@@ -43,7 +56,7 @@ func wireStructs(t *testing.T, res *fnv1.Resources) ([]*structpb.Struct, error) 
 	for i, b := range items {
 		s := &structpb.Struct{}
 		if err := proto.Unmarshal(b, s); err != nil {
-			t.Fatalf("item %d: proto.Unmarshal(...): %v", i, err)
+			return nil, fmt.Errorf("item %d: %w: %w", i, errNotAStruct, err)
 		}
 		out = append(out, s)
 	}

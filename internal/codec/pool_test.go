@@ -46,16 +46,12 @@ type itemsServer struct {
 func (itemsServer) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
 	fields := map[string]*structpb.Value{}
 	for key, res := range req.GetRequiredResources() {
-		items, err := All(res)
+		items, err := decodedItems(res)
 		if err != nil {
 			return nil, err
 		}
 		values := make([]*structpb.Value, 0, len(items))
-		for _, item := range items {
-			s := &structpb.Struct{}
-			if err := proto.Unmarshal(item, s); err != nil {
-				return nil, err
-			}
+		for _, s := range items {
 			values = append(values, structpb.NewStructValue(s))
 		}
 		fields[key] = structpb.NewListValue(&structpb.ListValue{Values: values})

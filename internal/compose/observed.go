@@ -22,6 +22,12 @@ func IsComposedKey(key string) bool {
 	return IsReplicaKey(key) || strings.HasPrefix(key, endpointKeyPrefix)
 }
 
+// EndpointKeyOf is the composed-resource key of the ModelEndpoint of the
+// ModelReplica composed under key.
+func EndpointKeyOf(replicaKey string) string {
+	return endpointKeyPrefix + strings.TrimPrefix(replicaKey, replicaKeyPrefix)
+}
+
 // IsReady reads an observed composed resource's Ready condition.
 func IsReady(s *structpb.Struct) bool {
 	conds := s.GetFields()["status"].GetStructValue().GetFields()["conditions"].GetListValue().GetValues()

@@ -12,7 +12,6 @@ package fleet
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
@@ -43,7 +42,8 @@ type Fleet struct {
 	// be read.
 	Findings []observation.ReplicaFinding
 
-	// Warnings are other deployments' replicas that could not be read.
+	// Warnings are the objects that could not be read, and what is made
+	// of them.
 	Warnings []string
 }
 
@@ -84,51 +84,76 @@ type entry struct {
 }
 
 // Read reads the fleet for a deployment, and judges the pool reports at
-// now. A cluster, or a replica of the deployment, that does not read is an
-// error; another deployment's replica that does not read is a warning.
+// now. Nothing one object holds stops the rest from being read: an
+// InferenceCluster that does not read takes no new replicas, and the
+// deployment's replicas on it are kept as observed; a ModelReplica that
+// does not read is the deployment's, kept as observed, or another's,
+// charged conservatively (scheduling.Replica.Unreadable). Each is a
+// warning that names the object and the field. The error is for items the
+// wire does not frame.
 func (r *Reader) Read(clusters, replicas Items, xr *v1alpha1.ModelDeployment, now time.Time, maxAge time.Duration) (*Fleet, error) {
 	var sr structReader
-	read, err := r.readClusters(&sr, clusters)
+	out := &Fleet{}
+	read, unreadable, err := r.readClusters(&sr, clusters, out)
 	if err != nil {
 		return nil, err
 	}
-	out := &Fleet{}
 	entries, err := r.readReplicas(&sr, replicas, xr, out)
 	if err != nil {
 		return nil, err
 	}
 	out.Clusters, out.Pools = observation.Judge(read, now, maxAge)
-	if len(out.Clusters) > 0 {
-		// With no cluster there is nothing to charge: no engine is read.
-		out.Replicas, out.Findings = out.readPins(entries)
+	out.Clusters = append(out.Clusters, unreadable...)
+	if len(out.Clusters) == 0 {
+		// With no cluster there is nothing to charge: no engine is read, and
+		// only the replicas that did not read are kept, to stay as observed.
+		for _, e := range entries {
+			if e.replica.Unreadable != "" {
+				out.Replicas = append(out.Replicas, e.replica)
+			}
+		}
+		return out, nil
 	}
+	out.Replicas, out.Findings = out.readPins(entries)
 	return out, nil
 }
 
-// readClusters reads every InferenceCluster with its pool reports.
-func (r *Reader) readClusters(sr *structReader, items Items) ([]*observation.ClusterReports, error) {
+// readClusters reads every InferenceCluster with its pool reports. One that
+// does not read is returned by name with its defect, and warned of.
+func (r *Reader) readClusters(sr *structReader, items Items, fl *Fleet) ([]*observation.ClusterReports, []scheduling.Cluster, error) {
 	cache := r.clusterCache()
 	call := cache.begin()
-	var out []*observation.ClusterReports
+	var read []*observation.ClusterReports
+	var unreadable []scheduling.Cluster
 	for {
 		item, ok, err := items.Next()
 		if err != nil {
-			return nil, fmt.Errorf("cannot read the InferenceClusters: %w", err)
+			return nil, nil, fmt.Errorf("cannot read the InferenceClusters: %w", err)
 		}
 		if !ok {
-			return out, nil
+			return read, unreadable, nil
 		}
 		c, err := sr.readCluster(item, cache, call)
-		if err != nil {
-			return nil, fmt.Errorf("cannot read InferenceCluster %s: %w", nameOf(item), err)
+		if err == nil {
+			read = append(read, c)
+			continue
 		}
-		out = append(out, c)
+		name := nameOf(item)
+		if name == "" {
+			fl.Warnings = append(fl.Warnings, fmt.Sprintf("cannot read an InferenceCluster whose name does not read: %v; it is left out", err))
+			continue
+		}
+		fl.Warnings = append(fl.Warnings, fmt.Sprintf("cannot read InferenceCluster %s: %v; it takes no new replicas, and this deployment's replicas on it stay as observed", name, err))
+		unreadable = append(unreadable, scheduling.Cluster{
+			Object:     &v1alpha1.InferenceCluster{Metadata: v1alpha1.ObjectMeta{Name: name}},
+			Unreadable: err.Error(),
+		})
 	}
 }
 
 // readReplicas reads the fleet's ModelReplicas as they come off the wire.
 // The deployment's own are kept whatever their cluster's reports say, so
-// their engines are read now, to fail the call in the order they came.
+// their engines are read now.
 func (r *Reader) readReplicas(sr *structReader, items Items, xr *v1alpha1.ModelDeployment, fl *Fleet) ([]entry, error) {
 	cache := r.replicaCache()
 	call := cache.begin()
@@ -151,15 +176,33 @@ func (r *Reader) readReplicas(sr *structReader, items Items, xr *v1alpha1.ModelD
 			}
 		}
 		if err != nil {
-			err = fmt.Errorf("cannot read ModelReplica %s: %w", nameOf(item), err)
-			if isOurs(item, xr) {
-				return nil, err
-			}
-			fl.Warnings = append(fl.Warnings, unaccounted(err))
-			continue
+			e = fl.unreadableReplica(sr, item, xr, err)
 		}
 		entries = append(entries, e)
 	}
+}
+
+// unreadableReplica is a replica that did not read whole, as far as it
+// read: the deployment's is kept as observed; another's is charged as not
+// scheduled on the pools its engines are pinned to, or a whole node of
+// every pool of its cluster where its engines do not read; one whose
+// cluster does not read cannot be charged anywhere. Each is warned of.
+func (fl *Fleet) unreadableReplica(sr *structReader, item []byte, xr *v1alpha1.ModelDeployment, err error) entry {
+	rep, clusterRead, enginesRead := sr.partialReplica(item)
+	name := objectName(rep.Metadata.Namespace, rep.Metadata.Name)
+	var what string
+	switch {
+	case scheduling.Ours(xr, rep.Metadata.Namespace, rep.Metadata.Labels[v1alpha1.LabelDeployment]):
+		what = "it is this deployment's, and stays as observed until it reads"
+	case !clusterRead:
+		what = "its cluster does not read either, so it cannot be charged to any pool"
+	case enginesRead:
+		what = "it is charged as not scheduled on the pools it is pinned to"
+	default:
+		what = "its pools do not read, so it is charged a whole node of every pool of " + rep.Spec.ClusterName
+	}
+	fl.Warnings = append(fl.Warnings, fmt.Sprintf("cannot read ModelReplica %s: %v; %s", name, err, what))
+	return entry{replica: scheduling.Replica{Object: rep, Unreadable: err.Error()}}
 }
 
 // withPins is a replica with its engines read from its spec: a copy, as
@@ -167,13 +210,6 @@ func (r *Reader) readReplicas(sr *structReader, items Items, xr *v1alpha1.ModelD
 func (r *structReader) withPins(rep *v1alpha1.ModelReplica, spec wire.Object) (*v1alpha1.ModelReplica, error) {
 	withPins := *rep
 	return &withPins, r.readPins(spec, &withPins)
-}
-
-// unaccounted warns of another deployment's replica that cannot be read.
-// Our own replica must be read, or it would be dropped; another's cannot
-// be charged: say so and go on.
-func unaccounted(err error) string {
-	return err.Error() + "; its capacity is not accounted"
 }
 
 // readPins reads the engines (pins and stamped requests) of the other
@@ -203,12 +239,12 @@ func (fl *Fleet) readPins(entries []entry) ([]scheduling.Replica, []observation.
 	var r structReader
 	kept := make([]scheduling.Replica, 0, len(entries))
 	var findings []observation.ReplicaFinding
-	var dropped map[string]bool
 	for _, e := range entries {
-		if e.observed.finding != nil {
+		if e.observed != nil && e.observed.finding != nil {
 			findings = append(findings, *e.observed.finding)
 		}
-		// Our own replicas' engines are read already.
+		// Our own replicas' engines are read already, and so is what
+		// could be read of a replica that did not read whole.
 		if e.spec == nil {
 			kept = append(kept, e.replica)
 			continue
@@ -219,19 +255,16 @@ func (fl *Fleet) readPins(entries []entry) ([]scheduling.Replica, []observation.
 		rep := e.replica
 		withPins, err := r.withPins(rep.Object, e.spec)
 		if err != nil {
+			// Its engines do not read: charged a whole node of every pool of
+			// its cluster.
 			name := objectName(rep.Object.Metadata.Namespace, rep.Object.Metadata.Name)
-			fl.Warnings = append(fl.Warnings, unaccounted(fmt.Errorf("cannot read ModelReplica %s: %w", name, err)))
-			if dropped == nil {
-				dropped = map[string]bool{}
-			}
-			dropped[name] = true
-			continue
+			fl.Warnings = append(fl.Warnings, fmt.Sprintf("cannot read ModelReplica %s: %v; its pools do not read, so it is charged a whole node of every pool of %s", name, err, rep.Object.Spec.ClusterName))
+			rep = scheduling.Replica{Object: rep.Object, Unreadable: err.Error()}
+		} else {
+			rep.Object = withPins
 		}
-		rep.Object = withPins
 		kept = append(kept, rep)
 	}
-	// Nor is anything found of the replicas left out said.
-	findings = slices.DeleteFunc(findings, func(f observation.ReplicaFinding) bool { return dropped[objectName(f.Namespace, f.Name)] })
 	return kept, findings
 }
 
@@ -256,11 +289,4 @@ func objectName(namespace, name string) string {
 		return namespace + "/" + name
 	}
 	return name
-}
-
-// isOurs is whether an object, as far as its metadata reads, is one of the
-// deployment's replicas.
-func isOurs(s []byte, xr *v1alpha1.ModelDeployment) bool {
-	_, ns, deployment := metadataOf(s)
-	return scheduling.Ours(xr, ns, deployment)
 }

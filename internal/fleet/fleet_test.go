@@ -8,6 +8,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/wire"
 	"github.com/modelplaneai/fleet-scheduler/internal/wire/wiretest"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -109,11 +110,15 @@ func TestRead(t *testing.T) {
 
 	type want struct {
 		// replicas are the names of the replicas for the scheduler, each
-		// with the engines read.
+		// with the engines read unless it is unreadable.
 		replicas []string
-		findings []string
-		warnings int
-		err      bool
+		// unreadable are those of them that did not read whole.
+		unreadable []string
+		// unreadableClusters are the clusters that did not read.
+		unreadableClusters []string
+		findings           []string
+		warnings           int
+		err                bool
 	}
 	cases := map[string]struct {
 		reason   string
@@ -139,39 +144,63 @@ func TestRead(t *testing.T) {
 			replicas: []any{unreadableTime},
 			want:     want{replicas: []string{unreadableTime.Metadata.Name}, findings: []string{unreadableTime.Metadata.Name}},
 		},
-		"UnreadableEnginesWarned": {
-			reason:   "Another deployment's replica whose engines do not read is left out with a warning, and so is the finding about it.",
+		"UnreadableEnginesChargedWholeNodes": {
+			reason:   "Another deployment's replica whose engines do not read is kept for the scheduler to charge conservatively, with a warning; its finding stays.",
 			clusters: []any{observed, unobserved},
 			replicas: []any{badEngines("bad")},
-			want:     want{warnings: 1},
+			want:     want{replicas: []string{"bad"}, unreadable: []string{"bad"}, findings: []string{"bad"}, warnings: 1},
 		},
 		"NoClustersNoPins": {
-			reason:   "With no cluster nothing can be charged: no engine is read, so none fails.",
+			reason:   "With no cluster nothing can be charged: no engine is read, so none fails; only what did not read on its own is kept.",
 			replicas: []any{badEngines("bad"), unsettled},
 		},
-		"OursUnreadableFails": {
-			reason:   "The deployment's own replica that does not read fails the read: dropping it would delete it.",
+		"OursUnreadableKept": {
+			reason:   "The deployment's own replica that does not read is kept, by what did read, to stay as observed: never an error.",
 			clusters: []any{observed},
 			replicas: []any{func() map[string]any {
 				r := wiretest.StructOf(t, ours).AsMap()
 				r["spec"].(map[string]any)["clusterName"] = 7.0
 				return r
 			}()},
-			want: want{err: true},
+			want: want{replicas: []string{ours.Metadata.Name}, unreadable: []string{ours.Metadata.Name}, warnings: 1},
+		},
+		"UnreadableClusterKeptByName": {
+			reason: "A cluster whose Ready status is a boolean is kept by name with its defect, and warned of; the others read.",
+			clusters: []any{func() map[string]any {
+				c := wiretest.StructOf(t, unobserved).AsMap()
+				c["status"].(map[string]any)["conditions"].([]any)[0].(map[string]any)["status"] = true
+				return c
+			}(), observed},
+			replicas: []any{unsettled},
+			want:     want{replicas: []string{unsettled.Metadata.Name}, unreadableClusters: []string{"b: status.conditions[0].status: cannot use a boolean as a string"}, warnings: 1},
+		},
+		"GarbageObjectWarned": {
+			reason: "An item that is not a Struct at all is a replica of no name, cluster or deployment: warned of, and charged nowhere.",
+			want:   want{replicas: []string{""}, unreadable: []string{""}, warnings: 1},
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			clusters, replicas := items(wireObjects(t, tc.clusters...)), items(wireObjects(t, tc.replicas...))
+			if name == "GarbageObjectWarned" {
+				replicas = items{{0xff}}
+			}
 			fl, err := (*Reader)(nil).Read(&clusters, &replicas, xr, now, 5*time.Minute)
 			var got want
 			got.err = err != nil
 			if fl != nil {
 				for _, r := range fl.Replicas {
-					if len(r.Object.Spec.Engines) == 0 {
+					if r.Unreadable != "" {
+						got.unreadable = append(got.unreadable, r.Object.Metadata.Name)
+					} else if len(r.Object.Spec.Engines) == 0 {
 						t.Errorf("%s\nRead(...): replica %s without its engines", tc.reason, r.Object.Metadata.Name)
 					}
 					got.replicas = append(got.replicas, r.Object.Metadata.Name)
+				}
+				for _, c := range fl.Clusters {
+					if c.Unreadable != "" {
+						got.unreadableClusters = append(got.unreadableClusters, c.Object.Metadata.Name+": "+c.Unreadable)
+					}
 				}
 				for _, f := range fl.Findings {
 					got.findings = append(got.findings, f.Name)
@@ -182,5 +211,26 @@ func TestRead(t *testing.T) {
 				t.Errorf("%s\nRead(...): -want, +got:\n%s", tc.reason, diff)
 			}
 		})
+	}
+}
+
+// failingItems are items the wire does not frame.
+type failingItems struct{}
+
+func (failingItems) Next() ([]byte, bool, error) { return nil, false, wire.ErrTruncated }
+
+func TestReadFramingError(t *testing.T) {
+	// Items the wire does not frame are an error: nothing of the fleet can
+	// be trusted, and the call says so.
+	for _, which := range []string{"clusters", "replicas"} {
+		clusters, replicas := Items(&items{}), Items(&items{})
+		if which == "clusters" {
+			clusters = failingItems{}
+		} else {
+			replicas = failingItems{}
+		}
+		if _, err := (*Reader)(nil).Read(clusters, replicas, fx.Deployment("m").Obj(), now, time.Minute); err == nil {
+			t.Errorf("Read(...) of %s the wire does not frame: want an error, got none", which)
+		}
 	}
 }

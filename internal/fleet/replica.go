@@ -161,3 +161,33 @@ const podsScheduledType = observation.ConditionPodsScheduled
 func isPodsScheduled(typ wire.Value) bool {
 	return typ.Kind == wire.KindString && string(typ.Raw) == podsScheduledType
 }
+
+// partialReplica reads what it can of a replica that did not read whole:
+// its identity, its cluster and its engines, each apart, so that one field
+// of the wrong type loses only what it holds. clusterRead and enginesRead
+// say whether those read.
+func (r *structReader) partialReplica(s []byte) (rep *v1alpha1.ModelReplica, clusterRead, enginesRead bool) {
+	name, namespace, deployment := metadataOf(s)
+	rep = &v1alpha1.ModelReplica{Metadata: v1alpha1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{}}}
+	if deployment != "" {
+		rep.Metadata.Labels[v1alpha1.LabelDeployment] = deployment
+	}
+	r.start()
+	md := r.object(wire.Object(s).Get("metadata"), "metadata")
+	if index := r.str(r.object(md.Get("labels"), "labels").Get(v1alpha1.LabelReplicaIndex), v1alpha1.LabelReplicaIndex); r.err == nil && index != "" {
+		rep.Metadata.Labels[v1alpha1.LabelReplicaIndex] = index
+	}
+	r.start()
+	spec := r.object(wire.Object(s).Get("spec"), "spec")
+	cluster := r.str(spec.Get("clusterName"), "clusterName")
+	if clusterRead = r.err == nil && cluster != ""; clusterRead {
+		rep.Spec.ClusterName = cluster
+	}
+	r.start()
+	spec = r.object(wire.Object(s).Get("spec"), "spec")
+	var engines v1alpha1.ModelReplica
+	if enginesRead = r.err == nil && r.readPins(spec, &engines) == nil; enginesRead {
+		rep.Spec.Engines = engines.Spec.Engines
+	}
+	return rep, clusterRead, enginesRead
+}
