@@ -201,6 +201,7 @@ type composedReplica struct {
 func writeComposed(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, plan *scheduling.Plan, observed map[string]*fnv1.Resource) ([]composedReplica, error) {
 	var composed []composedReplica
 	enc := compose.NewEncoder()
+	budget := responseBudget{left: maxResponseBytes}
 	for _, p := range plan.Replicas {
 		if p.AsObserved {
 			if c, ok := keepAsObserved(rsp, p, observed); ok {
@@ -213,6 +214,9 @@ func writeComposed(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, 
 			return nil, err
 		}
 		r := &fnv1.Resource{Resource: s}
+		if err := budget.spend(rsp, compose.ReplicaKey(p), r); err != nil {
+			return nil, err
+		}
 		obs, wasObserved := observed[compose.ReplicaKey(p)]
 		c := composedReplica{cluster: p.Cluster, observed: wasObserved, ready: isReady(obs)}
 		if c.ready {
@@ -228,6 +232,9 @@ func writeComposed(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, 
 			return nil, err
 		}
 		e := &fnv1.Resource{Resource: s}
+		if err := budget.spend(rsp, compose.EndpointKey(p), e); err != nil {
+			return nil, err
+		}
 		if isReady(observed[compose.EndpointKey(p)]) {
 			e.Ready = fnv1.Ready_READY_TRUE
 		}

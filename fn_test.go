@@ -534,3 +534,47 @@ func TestRunFunctionCallerGone(t *testing.T) {
 		})
 	}
 }
+
+// TestRunFunctionResponseBudget: a response larger than Crossplane accepts
+// is not composed whole: a Fatal result that says so, and nothing desired.
+// One just under the limit is composed.
+func TestRunFunctionResponseBudget(t *testing.T) {
+	// Labels are copied into every replica: 600 KB of them, in 8 replicas,
+	// are more than 4 MiB; in 6 they are less.
+	labels := map[string]string{"blob": strings.Repeat("x", 600_000)}
+	clusters := []any{fx.Cluster("a").Pools(fx.Pool("default", 8).Devices(fx.GPU("gpu", 1, "141Gi")).Obj()).Obj()}
+	cases := map[string]struct {
+		reason   string
+		replicas int64
+		fatal    string
+		composed int
+	}{
+		"OverTheLimit": {
+			reason:   "Eight replicas of 600 KB of labels each are over 4 MiB: Fatal at the seventh, and nothing desired.",
+			replicas: 8,
+			fatal:    "cannot compose replica-a-6: the response would be over the 4 MiB Crossplane accepts from a function (4205341 bytes composed so far)",
+		},
+		"UnderTheLimit": {
+			reason:   "Six are under it, and composed.",
+			replicas: 6,
+			composed: 6,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rsp := run(t, request(t, fx.Deployment("m").Replicas(tc.replicas).Labels(labels).Obj(), clusters, nil))
+			fatal := ""
+			for _, r := range rsp.GetResults() {
+				if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
+					fatal = r.GetMessage()
+				}
+			}
+			if diff := cmp.Diff(tc.fatal, fatal); diff != "" {
+				t.Errorf("%s\nRunFunction(...) Fatal result: -want, +got:\n%s", tc.reason, diff)
+			}
+			if got := composedReplicas(rsp); got != tc.composed {
+				t.Errorf("%s\nRunFunction(...): %d replicas composed, want %d", tc.reason, got, tc.composed)
+			}
+		})
+	}
+}

@@ -300,6 +300,10 @@ func scaleDown(kept []Placement, wanted int) []Placement {
 func (s *pass) fill(kept []Placement, n int) ([]Placement, *Shortfall) {
 	load := map[string]int{}
 	used := map[string]map[int]bool{}
+	// No index below from[cluster] is free there: fill only takes indexes,
+	// so each search starts where the last ended, not at 0 (a deployment of
+	// a million replicas searched 5e11 indexes).
+	from := map[string]int{}
 	for _, k := range kept {
 		load[k.Cluster]++
 		if used[k.Cluster] == nil {
@@ -340,8 +344,9 @@ func (s *pass) fill(kept []Placement, n int) ([]Placement, *Shortfall) {
 		if used[best.name] == nil {
 			used[best.name] = map[int]bool{}
 		}
-		index := lowestFreeIndex(used[best.name])
+		index := lowestFreeIndex(used[best.name], from[best.name])
 		used[best.name][index] = true
+		from[best.name] = index + 1
 		load[best.name]++
 		placed = append(placed, Placement{
 			Cluster:       best.name,
@@ -360,9 +365,10 @@ func (s *pass) fill(kept []Placement, n int) ([]Placement, *Shortfall) {
 // same the first by name wins, the order fill tries them in.
 func fillScore(load map[string]int, cl *cluster) int { return -load[cl.name] }
 
-// lowestFreeIndex is the lowest replica index not in use on a cluster.
-func lowestFreeIndex(used map[int]bool) int {
-	index := 0
+// lowestFreeIndex is the lowest replica index not in use on a cluster, of
+// those from on.
+func lowestFreeIndex(used map[int]bool, from int) int {
+	index := from
 	for used[index] {
 		index++
 	}

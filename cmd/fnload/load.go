@@ -11,9 +11,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/encoding"
-	grpcproto "google.golang.org/grpc/encoding/proto"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -46,7 +43,7 @@ func newRequests(replicas int) (*requests, error) {
 }
 
 // call is the request of the call for deployment name.
-func (r *requests) call(name string) (*encoded, error) {
+func (r *requests) call(name string) (benchfleet.Encoded, error) {
 	own := benchfleet.Request(benchfleet.Deployment(name), nil, nil, nil)
 	// The fleet's part carries these.
 	delete(own.GetRequiredResources(), benchfleet.RequiredClusters)
@@ -56,23 +53,7 @@ func (r *requests) call(name string) (*encoded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot encode the request for %s: %w", name, err)
 	}
-	return &encoded{own: b, fleet: r.fleet}, nil
-}
-
-// encoded is a request already on the wire, sent by clientCodec as it is.
-type encoded struct {
-	own, fleet []byte
-}
-
-// clientCodec sends an encoded request without copying it, and decodes
-// everything else as gRPC's proto codec does.
-type clientCodec struct{ encoding.CodecV2 }
-
-func (c clientCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if e, ok := v.(*encoded); ok {
-		return mem.BufferSlice{mem.SliceBuffer(e.own), mem.SliceBuffer(e.fleet)}, nil
-	}
-	return c.CodecV2.Marshal(v)
+	return benchfleet.Encoded{b, r.fleet}, nil
 }
 
 // result is one level of one server: what the client saw, and what the
@@ -125,7 +106,7 @@ func (r result) errorText() string {
 func runLevel(ctx context.Context, p *process, reqs *requests, n, calls int, timeout time.Duration) (result, error) {
 	conn, err := grpc.NewClient("passthrough:///"+p.addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(clientCodec{encoding.GetCodecV2(grpcproto.Name)}), grpc.WaitForReady(true)))
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(benchfleet.NewClientCodec()), grpc.WaitForReady(true)))
 	if err != nil {
 		return result{}, fmt.Errorf("cannot connect to %s: %w", p.addr, err)
 	}
@@ -139,7 +120,7 @@ func runLevel(ctx context.Context, p *process, reqs *requests, n, calls int, tim
 	}
 
 	// Each call its own deployment, encoded before the clock starts.
-	own := make([]*encoded, calls)
+	own := make([]benchfleet.Encoded, calls)
 	for i := range own {
 		if own[i], err = reqs.call(fmt.Sprintf("load-%05d", i)); err != nil {
 			return result{}, err
@@ -186,7 +167,7 @@ func runLevel(ctx context.Context, p *process, reqs *requests, n, calls int, tim
 
 // invoke makes one call and says what went wrong, if anything: the gRPC
 // code of an error, or a wrong answer.
-func invoke(ctx context.Context, conn *grpc.ClientConn, req *encoded, timeout time.Duration) string {
+func invoke(ctx context.Context, conn *grpc.ClientConn, req benchfleet.Encoded, timeout time.Duration) string {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	rsp := &fnv1.RunFunctionResponse{}

@@ -67,8 +67,14 @@ func (r *structReader) leave() { r.path = r.path[:len(r.path)-1] }
 func (r *structReader) where(leaf string) string {
 	var b strings.Builder
 	// A step without a key is an element a list step already named, or
-	// one of a list of lists.
-	for _, s := range r.path {
+	// one of a list of lists. Of a path 10,000 deep, the middle is elided.
+	for i, s := range r.path {
+		if skipped := len(r.path) - 2*pathEnds; skipped > 0 && i >= pathEnds && i < len(r.path)-pathEnds {
+			if i == pathEnds {
+				fmt.Fprintf(&b, ".(%d more)", skipped)
+			}
+			continue
+		}
 		if s.key != "" {
 			if b.Len() > 0 {
 				b.WriteByte('.')
@@ -87,6 +93,10 @@ func (r *structReader) where(leaf string) string {
 	}
 	return b.String()
 }
+
+// pathEnds is how many steps of a long path's start and end where spells
+// out.
+const pathEnds = 12
 
 func (r *structReader) fail(leaf, want string, v wire.Value) {
 	if r.err == nil {
@@ -216,6 +226,8 @@ func (r *structReader) decoded(v wire.Value, key string) any {
 	case wire.KindBool:
 		return v.Num != 0
 	case wire.KindStruct:
+		// What is decoded is copied out: the entries are given back after.
+		defer r.Release(r.Mark())
 		entries, err := r.EntriesOf(r.object(v, key))
 		if err != nil {
 			r.malformed(key, err)
@@ -229,6 +241,7 @@ func (r *structReader) decoded(v wire.Value, key string) any {
 		r.leave()
 		return out
 	case wire.KindList:
+		defer r.Release(r.Mark())
 		l := r.list(v, key)
 		out := make([]any, len(l))
 		for i, e := range l {

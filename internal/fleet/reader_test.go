@@ -86,6 +86,16 @@ func TestReadErrors(t *testing.T) {
 				return err
 			},
 		},
+		"ClusterDeviceTooLarge": {
+			reason: "A device larger than a DRA device can be is refused by its size, before its entries are read.",
+			read: func() error {
+				d := wiretest.StructOf(t, fx.GPU("gpu", 8, "80Gi"))
+				d.Fields["attributes"].GetStructValue().Fields["blob"] = structpb.NewStructValue(wiretest.StructOf(t, map[string]any{"string": strings.Repeat("x", maxDeviceBytes)}))
+				_, err := readClusterStruct(set(fx.Cluster("a").Obj(), []string{"status", "gpuPools"}, pools(structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewStructValue(d)}}))))
+				return err
+			},
+			want: "status.gpuPools[0].devices[0]: 65809 bytes, more than the 65536 a device of at most 32 attributes and capacities can be",
+		},
 		"ClusterDevicesNumber": {
 			reason: "A pool's devices that are not a list are refused.",
 			read: func() error {
@@ -382,5 +392,20 @@ func TestWireMergesRepeatedMessagesAsProtobuf(t *testing.T) {
 				t.Errorf("%s\nread: protobuf's -want, +got:\n%s", tc.reason, diff)
 			}
 		})
+	}
+}
+
+// TestWhereElidesTheMiddle: the path of a value nested thousands deep is
+// spelled out by its two ends, so that a warning stays a line.
+func TestWhereElidesTheMiddle(t *testing.T) {
+	var r structReader
+	r.enter("status", notAnElement)
+	r.enter("gpuPools", 0)
+	for range 30 {
+		r.enter("a", notAnElement)
+	}
+	want := "status.gpuPools[0].a.a.a.a.a.a.a.a.a.a.(8 more).a.a.a.a.a.a.a.a.a.a.a.a.leaf"
+	if got := r.where("leaf"); got != want {
+		t.Errorf("where(leaf) of a path 32 deep:\nwant %s\ngot  %s", want, got)
 	}
 }
