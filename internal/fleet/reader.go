@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/internal/wire"
@@ -145,12 +146,30 @@ func (r *structReader) str(v wire.Value, key string) string {
 		r.fail(key, "a string", v)
 		return ""
 	}
+	if s, ok := r.interned[string(v.Raw)]; ok {
+		return s
+	}
+	if !utf8.Valid(v.Raw) {
+		r.malformed(key, errNotUTF8)
+		return ""
+	}
 	return r.intern(v.Raw)
 }
 
+// errNotUTF8 is a string protobuf refuses to decode, and so to encode into
+// a response: the fleet's items are not decoded by protobuf, so the reader
+// refuses it in its place.
+var errNotUTF8 = errors.New("invalid UTF-8")
+
+// intern returns b as a string, allocated once; a key that is not UTF-8
+// is an error of the object being read.
 func (r *structReader) intern(b []byte) string {
 	if s, ok := r.interned[string(b)]; ok {
 		return s
+	}
+	if !utf8.Valid(b) {
+		r.malformed("", errNotUTF8)
+		return ""
 	}
 	s := string(b)
 	if r.interned == nil {
@@ -167,6 +186,10 @@ func (r *structReader) internAny(b []byte) any {
 	if a, ok := r.boxed[string(b)]; ok {
 		return a
 	}
+	if !utf8.Valid(b) {
+		r.malformed("", errNotUTF8)
+		return ""
+	}
 	var a any = string(b)
 	if r.boxed == nil {
 		r.boxed = map[string]any{}
@@ -181,6 +204,10 @@ func (r *structReader) internAny(b []byte) any {
 func (r *structReader) unique(v wire.Value, key string) string {
 	if v.Kind != wire.KindString {
 		return r.str(v, key)
+	}
+	if !utf8.Valid(v.Raw) {
+		r.malformed(key, errNotUTF8)
+		return ""
 	}
 	return string(v.Raw)
 }

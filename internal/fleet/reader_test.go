@@ -409,3 +409,62 @@ func TestWhereElidesTheMiddle(t *testing.T) {
 		t.Errorf("where(leaf) of a path 32 deep:\nwant %s\ngot  %s", want, got)
 	}
 }
+
+// TestReadRefusesInvalidUTF8: protobuf refuses a string that is not UTF-8,
+// decoding a request and encoding a response; the reader, which reads the
+// fleet in protobuf's place, refuses it too, so that none reaches a
+// response (found by FuzzRunFunction: the response did not marshal).
+func TestReadRefusesInvalidUTF8(t *testing.T) {
+	str := func(s string) []byte { return wiretest.BytesField(3, []byte(s)) }
+	obj := func(entries ...[]byte) []byte { return wiretest.BytesField(5, wiretest.Cat(entries...)) }
+	list := func(values ...[]byte) []byte {
+		var l []byte
+		for _, v := range values {
+			l = append(l, wiretest.BytesField(1, v)...)
+		}
+		return wiretest.BytesField(6, l)
+	}
+	e := wiretest.StructEntry
+	cases := map[string]struct {
+		reason string
+		read   func(b []byte) error
+		object []byte
+		want   string
+	}{
+		"ClusterName": {
+			reason: "A name, read as a shared string.",
+			read:   func(b []byte) error { var r structReader; _, err := readClusterWire(&r, b); return err },
+			object: e("metadata", obj(e("name", str("a\xff")))),
+			want:   "metadata.name: invalid UTF-8",
+		},
+		"ReplicaName": {
+			reason: "A replica's name, read as a string of its own.",
+			read:   func(b []byte) error { var r structReader; _, err := readReplicaWire(&r, b); return err },
+			object: e("metadata", obj(e("name", str("r\xff")))),
+			want:   "metadata.name: invalid UTF-8",
+		},
+		"PlacementLabelKey": {
+			reason: "A label's key, copied into every replica composed on the cluster.",
+			read:   func(b []byte) error { var r structReader; _, err := readClusterWire(&r, b); return err },
+			object: e("spec", obj(e("placement", obj(e("metadata", obj(e("labels", obj(e("k\xff", str("v")))))))))),
+			want:   "spec.placement.metadata.labels: invalid UTF-8",
+		},
+		"ReportString": {
+			reason: "A string of an agent's report, decoded as JSON.",
+			read:   func(b []byte) error { var r structReader; _, err := readClusterWire(&r, b); return err },
+			object: e("status", obj(e("gpuPools", list(obj(e("name", str("p")), e("observedAt", str("2026\xff"))))))),
+			want:   "status.gpuPools[0]: invalid UTF-8",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := ""
+			if err := tc.read(tc.object); err != nil {
+				got = err.Error()
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("%s\nerror: -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
