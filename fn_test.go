@@ -262,16 +262,22 @@ var testCodec = codec.New(requiredClusters, requiredReplicas)
 // codec.
 func serve(t *testing.T, f *Function, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
 	t.Helper()
+	return serveWith(t, testCodec, f, req)
+}
+
+// serveWith serves a request as serve does, through a request codec.
+func serveWith(t *testing.T, requests *codec.Codec, f *Function, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+	t.Helper()
 	wire, err := proto.Marshal(req)
 	if err != nil {
 		t.Fatalf("proto.Marshal(...): %v", err)
 	}
 	// Through the codec, as the server decodes it: into a recycled copy.
 	served := &fnv1.RunFunctionRequest{}
-	if err := testCodec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, served); err != nil {
+	if err := requests.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, served); err != nil {
 		t.Fatalf("Unmarshal(...): %v", err)
 	}
-	rsp, err := testCodec.Server(f).RunFunction(context.Background(), served)
+	rsp, err := requests.Server(f).RunFunction(context.Background(), served)
 	if err != nil {
 		t.Fatalf("RunFunction(...): %v", err)
 	}

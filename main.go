@@ -9,6 +9,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/crossplane/function-sdk-go"
+	"github.com/crossplane/function-sdk-go/logging"
 
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
@@ -58,11 +59,17 @@ func (c *CLI) Run() error {
 	// The request codec leaves the fleet on the wire for the fleet reader,
 	// and takes each request's buffer back once its call is done.
 	requests := codec.New(requiredClusters, requiredReplicas)
+	return listenAndServe(log, so, newServer(so, requests, newFunction(log, c.ObjectCache), c.MaxConcurrentStreams))
+}
+
+// newFunction is the function as a server starts it: its caches empty, or
+// none with objectCache false.
+func newFunction(log logging.Logger, objectCache bool) *Function {
 	fn := &Function{log: log, selectors: scheduling.NewSelectors()}
-	if c.ObjectCache {
+	if objectCache {
 		fn.fleet = fleet.NewReader()
 	}
-	return listenAndServe(log, so, newServer(so, requests, fn, c.MaxConcurrentStreams))
+	return fn
 }
 
 func main() {
