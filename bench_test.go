@@ -24,6 +24,7 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/assume"
 	"github.com/modelplaneai/fleet-scheduler/internal/benchfleet"
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
@@ -457,6 +458,59 @@ func TestFleetSimThroughRunFunction(t *testing.T) {
 			}
 			if want.Placed == 0 {
 				t.Error("nothing was placed")
+			}
+		})
+	}
+}
+
+// BenchmarkConcurrentCalls serves 16 callers at once, each a deployment of
+// its own (with a uid, as real XRs have), on the fleet of
+// BenchmarkRunFunction at 10,000 replicas: with the assumed-placement
+// ledger, whose critical section (reading it, planning, recording)
+// serialises the plans, and without. ns/op is wall time per call across
+// the callers; compare the two in one session.
+//
+//	go test -run '^$' -bench BenchmarkConcurrentCalls -benchtime 200x -count 6 .
+func BenchmarkConcurrentCalls(b *testing.B) {
+	const callers, n = 16, 10_000
+	clusters, replicas := benchFleet(n)
+	var frames []mem.BufferSlice
+	for i := range callers {
+		d := benchDeployment()
+		d.Metadata.Name = fmt.Sprintf("llama-70b-new-%02d", i)
+		d.Metadata.UID = fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
+		wire, err := proto.Marshal(fleetRequest(d, clusters, replicas, nil))
+		if err != nil {
+			b.Fatal(err)
+		}
+		frames = append(frames, inFrames(wire))
+	}
+	for _, ledger := range []bool{false, true} {
+		b.Run(fmt.Sprintf("ledger=%t", ledger), func(b *testing.B) {
+			s := newBenchServer()
+			if ledger {
+				s.fn.assumed = assume.New(assume.DefaultTTL)
+			}
+			// Warm the caches once, as a running server's are.
+			for _, f := range frames {
+				if _, err := s.serve(f); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var next atomic.Int64
+			b.SetParallelism(callers / runtime.GOMAXPROCS(0))
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := s.serve(frames[next.Add(1)%callers]); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			if ledger {
+				b.ReportMetric(float64(s.fn.assumed.Len()), "assumed")
 			}
 		})
 	}

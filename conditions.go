@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/crossplane/function-sdk-go/response"
 
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
@@ -105,6 +107,9 @@ func setPlanConditions(rsp *fnv1.RunFunctionResponse, plan *scheduling.Plan, com
 	if plan.Shortfall != nil {
 		short = plan.Shortfall.String()
 	}
+	if w := plan.Waiting; w.Replicas > 0 {
+		short = join(fmt.Sprintf("%d %s for %s pods, the longest %s", w.Replicas, plural(w.Replicas, "replica waits", "replicas wait"), plural(w.Replicas, "its", "their"), w.Longest.Round(time.Second)), short)
+	}
 
 	switch {
 	case total == 0:
@@ -139,6 +144,34 @@ func setReadyCondition(rsp *fnv1.RunFunctionResponse, total, ready int) {
 	default:
 		response.ConditionFalse(rsp, condReplicasReady, reasonModelStarting).WithMessage(fmt.Sprintf("%d of %d ready", ready, total))
 	}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// warnMoves emits a Warning per replica re-placed because its pods stayed
+// unscheduled: which, how long it waited, from where and to where.
+func warnMoves(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, moves []scheduling.Move) {
+	for _, m := range moves {
+		to := "another cluster"
+		if m.SameReplica {
+			to = "another pool of its cluster"
+		}
+		response.Warning(rsp, fmt.Errorf("Re-placed ModelReplica %s/%s on %s: its pods were unscheduled for %s on %s; now on %s", //nolint:staticcheck // An event for people, capitalised as the others.
+			xr.Metadata.Namespace, m.Name, to, m.Unscheduled.Round(time.Second), poolList(m.From), poolList(m.To)))
+	}
+}
+
+func poolList(pools []scheduling.PoolRef) string {
+	out := make([]string, 0, len(pools))
+	for _, p := range pools {
+		out = append(out, p.String())
+	}
+	return strings.Join(out, ", ")
 }
 
 func join(msg, short string) string {

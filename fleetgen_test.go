@@ -481,7 +481,9 @@ func TestFirstCallAnswersAsWarm(t *testing.T) {
 		if err != nil {
 			t.Fatalf("request %d: RunFunction(...): %v", i, err)
 		}
-		restarted := newFunction(logging.NewNopLogger(), true)
+		// With its ledger, as --assumed-placement-ttl defaults to; empty, it
+		// assumes nothing on its first call.
+		restarted := newFunction(logging.NewNopLogger(), true, 2*time.Minute)
 		restarted.now = func() time.Time { return clock }
 		first := serveWith(t, codec.New(requiredClusters, requiredReplicas), restarted, req)
 		got := serve(t, warm, req)

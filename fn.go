@@ -15,6 +15,7 @@ import (
 	"github.com/crossplane/function-sdk-go/response"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/assume"
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
@@ -42,6 +43,9 @@ type Function struct {
 	// selectors keeps the deployments' compiled CEL selectors across calls;
 	// nil compiles them on every call.
 	selectors *scheduling.Selectors
+	// assumed are the replicas this server composed recently that the
+	// fleet does not show yet; nil assumes none.
+	assumed *assume.Ledger
 }
 
 // RunFunction reads the XR and the fleet, schedules, and writes the replicas,
@@ -158,13 +162,17 @@ func (f *Function) compose(ctx context.Context, req *fnv1.RunFunctionRequest, rs
 	if err := gone(ctx, "schedule replicas"); err != nil {
 		return err
 	}
-	plan, err := scheduling.Schedule(scheduling.Snapshot{ //nolint:contextcheck // Pure, and bounded: see gone.
+	plan, err := f.schedule(ctx, scheduling.Snapshot{
 		Deployment: xr,
 		Clusters:   fl.Clusters,
 		Replicas:   fl.Replicas,
 		// An unresolved cache keeps what exists and places nothing new.
-		Options: scheduling.Options{Binding: opts.binding, RetainOnly: cache.unresolved(), Selectors: f.selectors},
-	})
+		Options: scheduling.Options{
+			Binding: opts.binding, RetainOnly: cache.unresolved(), Selectors: f.selectors,
+			ReplaceUnscheduledAfter: opts.replaceAfter,
+		},
+		Now: now,
+	}, fl)
 	if invalid, ok := errors.AsType[*scheduling.InvalidSelectorError](err); ok {
 		err := keepObserved(req, rsp, invalid)
 		setCapacityObserved(rsp, fl)
@@ -182,6 +190,7 @@ func (f *Function) compose(ctx context.Context, req *fnv1.RunFunctionRequest, rs
 	if err != nil {
 		return err
 	}
+	warnMoves(rsp, xr, plan.Moves)
 	setPlanConditions(rsp, plan, composed, len(fl.Clusters))
 	setCapacityObserved(rsp, fl)
 	setTTL(rsp, fl.Pools, now)

@@ -584,3 +584,66 @@ func TestRunFunctionResponseBudget(t *testing.T) {
 		})
 	}
 }
+
+// TestRunFunctionReplacesStuckReplica: a replica whose pods stayed
+// unscheduled for longer than replaceUnscheduledAfter is re-placed on
+// another cluster, with a Warning that says from where, to where and for
+// how long; the next call, with the old replica still being deleted, keeps
+// the new one and moves nothing.
+func TestRunFunctionReplacesStuckReplica(t *testing.T) {
+	observedAt := now.Add(-time.Minute)
+	// a's one node is taken (say by a pod the agent sees and we do not);
+	// b's is free.
+	a := fx.Cluster("a").Pools(fx.Pool("p1", 1).Devices(fx.GPU("gpu", 8, "80Gi")).Observed(observedAt, 1, fx.NodesFree(1, "gpu", 0)).Obj()).Obj()
+	b := fx.Cluster("b").Pools(fx.Pool("p1", 1).Devices(fx.GPU("gpu", 8, "80Gi")).Observed(observedAt, 1, fx.NodesFree(1, "gpu", 8)).Obj()).Obj()
+	xr := fx.Deployment("m").Engines(fx.Standalone("main", fx.GPURequest(8))).Obj()
+	stuck := fx.Replica("m", "a", 0).Name(compose.ReplicaName("m", "a", 0)).
+		Engines(fx.PinnedStandalone("main", "p1", v1alpha1.DeviceRequest{Name: "gpu", DeviceClassName: fx.GPUClass, Count: 8, Selectors: []v1alpha1.Selector{{CEL: fx.MemAtLeast80Gi}}})).
+		PodsScheduled("False", now.Add(-20*time.Minute)).Obj()
+
+	first := request(t, xr, []any{a, b}, []any{stuck})
+	first.Observed.Resources = map[string]*fnv1.Resource{"replica-a-0": {Resource: toStruct(t, stuck)}}
+	rsp := run(t, first)
+	if _, ok := rsp.GetDesired().GetResources()["replica-a-0"]; ok {
+		t.Errorf("first call: the stuck replica is still desired; it should be dropped for its replacement")
+	}
+	moved := replicaFrom(t, rsp, "replica-b-0")
+	memory, ok := scheduling.ParseReplacement(moved.Metadata.Annotations[v1alpha1.AnnotationReplacement])
+	if want := (scheduling.Replacement{Moves: 1, MovedAt: now, StuckOn: []scheduling.PoolRef{{Cluster: "a", Pool: "p1"}}}); !ok || !cmp.Equal(want, memory) {
+		t.Errorf("first call: the replacement remembers %+v (read %t), want %+v", memory, ok, want)
+	}
+	wantWarning := "Re-placed ModelReplica ml-team/" + stuck.Metadata.Name + " on another cluster: its pods were unscheduled for 20m0s on a/p1; now on b/p1"
+	if !slices.ContainsFunc(rsp.GetResults(), func(r *fnv1.Result) bool {
+		return r.GetSeverity() == fnv1.Severity_SEVERITY_WARNING && r.GetMessage() == wantWarning
+	}) {
+		t.Errorf("first call: no Warning %q in %v", wantWarning, rsp.GetResults())
+	}
+	for _, c := range rsp.GetConditions() {
+		if c.GetType() == condReplicasScheduled && !strings.Contains(c.GetMessage(), "1 replica waits for its pods") {
+			t.Errorf("first call: ReplicasScheduled %q does not count the replica waiting", c.GetMessage())
+		}
+	}
+
+	// The next call: Crossplane created the new replica (its pods not yet
+	// scheduled) and is deleting the old one.
+	deleting := *stuck
+	deleting.Metadata.DeletionTimestamp = new(now.Format(time.RFC3339))
+	created := *moved
+	created.Status = &v1alpha1.ModelReplicaStatus{Conditions: []any{map[string]any{"type": "PodsScheduled", "status": "False", "lastTransitionTime": now.Format(time.RFC3339)}}}
+	second := request(t, xr, []any{a, b}, []any{&deleting, &created})
+	second.Observed.Resources = map[string]*fnv1.Resource{"replica-b-0": {Resource: toStruct(t, &created)}}
+	rsp = run(t, second)
+	var keys []string
+	for k := range rsp.GetDesired().GetResources() {
+		keys = append(keys, k)
+	}
+	if diff := cmp.Diff([]string{"replica-b-0"}, keys); diff != "" {
+		t.Errorf("second call: composed resources: -want, +got:\n%s", diff)
+	}
+	if got := replicaFrom(t, rsp, "replica-b-0").Metadata.Annotations[v1alpha1.AnnotationReplacement]; got != moved.Metadata.Annotations[v1alpha1.AnnotationReplacement] {
+		t.Errorf("second call: the replacement's memory is %q, want it kept as %q", got, moved.Metadata.Annotations[v1alpha1.AnnotationReplacement])
+	}
+	if slices.ContainsFunc(rsp.GetResults(), func(r *fnv1.Result) bool { return strings.HasPrefix(r.GetMessage(), "Re-placed") }) {
+		t.Errorf("second call: a replica moved again: %v", rsp.GetResults())
+	}
+}

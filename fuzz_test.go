@@ -152,7 +152,7 @@ func checkReplicaCount(t *testing.T, req *fnv1.RunFunctionRequest, rsp *fnv1.Run
 	}
 	for _, it := range req.GetRequiredResources()[requiredReplicas].GetItems() {
 		r, err := decodeStruct[v1alpha1.ModelReplica](it.GetResource(), "ModelReplica")
-		if err != nil || !scheduling.Ours(xr, r.Metadata.Namespace, r.Metadata.Labels[v1alpha1.LabelDeployment]) {
+		if err != nil || !scheduling.Ours(xr, r.Metadata.Namespace, r.Metadata.Labels[v1alpha1.LabelDeployment], r.Metadata.DeletionTimestamp != nil) {
 			continue
 		}
 		index, err := strconv.Atoi(r.Metadata.Labels[v1alpha1.LabelReplicaIndex])

@@ -21,8 +21,9 @@ import (
 
 // options is the validated function input.
 type options struct {
-	maxAge  time.Duration
-	binding scheduling.Binding
+	maxAge       time.Duration
+	binding      scheduling.Binding
+	replaceAfter time.Duration
 }
 
 // readInput reads and validates the optional Input. Errors name the field.
@@ -30,6 +31,8 @@ func readInput(req *fnv1.RunFunctionRequest) (options, error) {
 	opts := options{binding: scheduling.Binding(v1beta1.DefaultAssumedBinding)}
 	maxAge, _ := time.ParseDuration(v1beta1.DefaultObservationMaxAge)
 	opts.maxAge = maxAge
+	replaceAfter, _ := time.ParseDuration(v1beta1.DefaultReplaceUnscheduledAfter)
+	opts.replaceAfter = replaceAfter
 	if req.GetInput() == nil {
 		return opts, nil
 	}
@@ -47,6 +50,17 @@ func readInput(req *fnv1.RunFunctionRequest) (options, error) {
 			errs = append(errs, field.Invalid(field.NewPath("observationMaxAge"), *in.ObservationMaxAge, "must be positive"))
 		default:
 			opts.maxAge = d
+		}
+	}
+	if in.ReplaceUnscheduledAfter != nil {
+		d, err := time.ParseDuration(*in.ReplaceUnscheduledAfter)
+		switch {
+		case err != nil:
+			errs = append(errs, field.Invalid(field.NewPath("replaceUnscheduledAfter"), *in.ReplaceUnscheduledAfter, "must be a duration such as 15m or 1h, or 0s to turn re-placing off"))
+		case d < 0:
+			errs = append(errs, field.Invalid(field.NewPath("replaceUnscheduledAfter"), *in.ReplaceUnscheduledAfter, "must not be negative"))
+		default:
+			opts.replaceAfter = d
 		}
 	}
 	if in.AssumedBinding != nil {

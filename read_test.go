@@ -131,6 +131,24 @@ func TestRunFunctionFatal(t *testing.T) {
 			}(),
 			want: `invalid Function input: assumedBinding: Unsupported value: "Random": supported values: "MostFree", "LeastFree"`,
 		},
+		"UnparseableReplaceAfter": {
+			reason: "A replaceUnscheduledAfter that is not a duration is Fatal and names the field.",
+			req: func() *fnv1.RunFunctionRequest {
+				r := request(t, xr, nil, nil)
+				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","replaceUnscheduledAfter":"soon"}`)
+				return r
+			}(),
+			want: `invalid Function input: replaceUnscheduledAfter: Invalid value: "soon": must be a duration such as 15m or 1h, or 0s to turn re-placing off`,
+		},
+		"NegativeReplaceAfter": {
+			reason: "A negative replaceUnscheduledAfter is out of range.",
+			req: func() *fnv1.RunFunctionRequest {
+				r := request(t, xr, nil, nil)
+				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","replaceUnscheduledAfter":"-5m"}`)
+				return r
+			}(),
+			want: `invalid Function input: replaceUnscheduledAfter: Invalid value: "-5m": must not be negative`,
+		},
 		"WrongTypeInXR": {
 			reason: "An XR field of the wrong type is Fatal and names the field.",
 			req:    &fnv1.RunFunctionRequest{Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: badXR}}},

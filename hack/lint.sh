@@ -27,8 +27,8 @@ fi
 # The function's module, then the test and tool modules nested in it (a
 # module's ./... stops at a nested go.mod).
 status=0
-for mod in . test tools/image; do
+for mod in . test test/live tools/image; do
   echo "==> golangci-lint run (${mod})" >&2
-  (cd "${root}/${mod}" && "${bin}" run --config "${root}/.golangci.yml" "$@" ./...) || status=1
+  (cd "${root}/${mod}" && "${bin}" run --allow-parallel-runners --config "${root}/.golangci.yml" "$@" ./...) || status=1
 done
 exit "${status}"

@@ -26,7 +26,7 @@ func (s *pass) buildLedger(kept map[identity]bool) {
 		s.ledger[cl.name] = pl
 	}
 	for _, r := range s.replicas {
-		if s.ours(r.Object) && !kept[identityOf(r.Object)] {
+		if s.ours(r) && !kept[identityOf(r.Object)] {
 			continue
 		}
 		s.charge(r)

@@ -225,6 +225,10 @@ func (s *pass) reserveEngineOn(cl *cluster, ei int, res *reservation) (*EnginePl
 	}
 	var shortages []PoolShortage
 	for _, p := range cl.pools {
+		if s.exclude[PoolRef{Cluster: cl.name, Pool: p.name}] {
+			// A replica being re-placed never goes back where it was stuck.
+			continue
+		}
 		matches := cl.matchOnPool(p, s.engines, ei, claimable)
 		if matches == nil {
 			continue

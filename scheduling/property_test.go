@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -634,5 +635,105 @@ func TestPropertyFreeDeviceEqualsNodeOracle(t *testing.T) {
 		if diff := gocmp.Diff(oracleFreeDevice(f, b), fromPlan(plan)); diff != "" {
 			t.Errorf("seed %d (%s): Schedule(...) against the node-by-node oracle: -want, +got:\n%s", seed, b, diff)
 		}
+	}
+}
+
+// withWaits makes random replicas of a snapshot wait for their pods (some
+// long enough to be stuck, some Ready, some having moved before), at a
+// random clock.
+func withWaits(rng *rand.Rand, s Snapshot) Snapshot {
+	s.Now = genAt.Add(time.Duration(rng.IntN(48)) * time.Hour)
+	s.Options.ReplaceUnscheduledAfter = pick(rng, 0, time.Minute, 15*time.Minute, 15*time.Minute)
+	for i := range s.Replicas {
+		r := &s.Replicas[i]
+		if rng.IntN(2) == 0 {
+			continue
+		}
+		since := s.Now.Add(-time.Duration(rng.IntN(600)) * time.Minute)
+		r.ScheduledSince, r.UnscheduledSince = nil, &since
+		r.Ready = rng.IntN(8) == 0
+		if rng.IntN(3) == 0 {
+			m := Replacement{Moves: rng.IntN(MaxMoves + 1), MovedAt: s.Now.Add(-time.Duration(rng.IntN(120)) * time.Minute)}
+			for _, c := range s.Clusters {
+				for _, p := range c.Object.Status.GPUPools {
+					if rng.IntN(3) == 0 {
+						m.StuckOn = append(m.StuckOn, PoolRef{Cluster: c.Object.Metadata.Name, Pool: p.Name})
+					}
+				}
+			}
+			obj := *r.Object
+			obj.Metadata.Annotations = map[string]string{v1alpha1.AnnotationReplacement: m.String()}
+			r.Object = &obj
+		}
+	}
+	return s
+}
+
+// TestPropertyReplacing: over random fleets, waits and clocks, re-placing
+// moves each stuck replica at most once, never a replica whose pods are all
+// bound or that is Ready, never onto a pool it is or was stuck on, and never
+// lowers the number of the deployment's replicas carried over: as many as
+// are kept with the rule off.
+func TestPropertyReplacing(t *testing.T) {
+	moved := 0
+	for seed := range uint64(propertySeeds) {
+		rng := seeded(seed)
+		f := genFleet(rng, genOptions{observe: rng.IntN(2) == 0})
+		s := withWaits(rng, f.snapshot())
+		on, p, err := schedule(s)
+		if err != nil {
+			t.Fatalf("seed %d: schedule: %v", seed, err)
+		}
+		offSnapshot := s
+		offSnapshot.Options.ReplaceUnscheduledAfter = 0
+		off, err := Schedule(offSnapshot)
+		if err != nil {
+			t.Fatalf("seed %d: Schedule: %v", seed, err)
+		}
+		byName := map[string]Replica{}
+		for _, r := range s.Replicas {
+			byName[r.Object.Metadata.Name] = r
+		}
+		names := map[string]bool{}
+		for _, m := range on.Moves {
+			moved++
+			r, ok := byName[m.Name]
+			switch {
+			case !ok:
+				t.Errorf("seed %d: moved %q, no replica of the fleet", seed, m.Name)
+				continue
+			case names[m.Name]:
+				t.Errorf("seed %d: %s moved twice in one call", seed, m.Name)
+			case r.UnscheduledSince == nil || r.Ready:
+				t.Errorf("seed %d: %s moved, but its pods are all bound or it is Ready", seed, m.Name)
+			}
+			names[m.Name] = true
+			memory, _ := ParseReplacement(r.Object.Metadata.Annotations[v1alpha1.AnnotationReplacement])
+			for _, to := range m.To {
+				if slices.Contains(m.From, to) || slices.Contains(memory.StuckOn, to) {
+					t.Errorf("seed %d: %s moved onto %s, where it was stuck", seed, m.Name, to)
+				}
+			}
+		}
+		carried := func(plan *Plan) int {
+			n := 0
+			for _, r := range plan.Replicas {
+				if !r.New || (r.Replacement != nil && r.Replacement.MovedAt.Equal(s.Now)) {
+					n++
+				}
+			}
+			return n
+		}
+		if got, want := carried(on), carried(off); got != want {
+			t.Errorf("seed %d: %d of the deployment's replicas carried over with re-placing, %d without", seed, got, want)
+		}
+		if p.ledger != nil {
+			for _, msg := range overcommits(f, on, p, false) {
+				t.Errorf("seed %d: %s", seed, msg)
+			}
+		}
+	}
+	if moved < propertySeeds/40 {
+		t.Errorf("only %d moves over %d fleets: the generator rarely makes a stuck replica that can move", moved, propertySeeds)
 	}
 }

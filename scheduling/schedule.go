@@ -28,6 +28,12 @@ type pass struct {
 	ledger   map[string][]*poolLedger
 	programs programCache
 	stamped  map[string][]int64
+
+	// now and replaceAfter steer re-placing (replace.go); exclude are the
+	// pools a replica being re-placed may not go to.
+	now          time.Time
+	replaceAfter time.Duration
+	exclude      map[PoolRef]bool
 }
 
 // Schedule places a deployment's replicas. It keeps every replica it can
@@ -54,20 +60,30 @@ func schedule(s Snapshot) (*Plan, *pass, error) {
 	// What could not be read is never dropped: dropping it would make
 	// Crossplane delete a replica that may be running.
 	if len(asObserved)+len(kept) > wanted {
-		kept = scaleDown(kept, max(wanted-len(asObserved), 0))
+		kept = p.scaleDown(kept, max(wanted-len(asObserved), 0))
 	}
-	kept = append(asObserved, kept...)
-	plan := &Plan{Wanted: int64(wanted), Replicas: kept}
-	if !s.Options.RetainOnly && len(kept) < wanted {
-		ids := make(map[identity]bool, len(kept))
-		for _, k := range kept {
+	plan := &Plan{Wanted: int64(wanted)}
+	stuck := slices.ContainsFunc(kept, func(k keptReplica) bool { return k.stuck })
+	if !s.Options.RetainOnly && (len(asObserved)+len(kept) < wanted || stuck) {
+		// A stuck replica is charged only if it stays (p.replace).
+		ids := make(map[identity]bool, len(asObserved)+len(kept))
+		for _, k := range asObserved {
 			ids[identity{k.Cluster, k.Index}] = true
 		}
+		for _, k := range kept {
+			if !k.stuck {
+				ids[identity{k.Cluster, k.Index}] = true
+			}
+		}
 		p.buildLedger(ids)
+		kept, plan.Moves = p.replace(asObserved, kept)
+		placements := append(slices.Clone(asObserved), placementsOf(kept)...)
 		var placed []Placement
-		placed, plan.Shortfall = p.fill(kept, wanted-len(kept))
-		plan.Replicas = append(plan.Replicas, placed...)
+		placed, plan.Shortfall = p.fill(placements, wanted-len(placements))
+		kept = append(kept, keptOf(placed)...)
 	}
+	plan.Replicas = append(slices.Clone(asObserved), placementsOf(kept)...)
+	plan.Waiting = p.waiting(kept)
 	slices.SortFunc(plan.Replicas, func(a, b Placement) int {
 		return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.Index, b.Index))
 	})
@@ -76,12 +92,14 @@ func schedule(s Snapshot) (*Plan, *pass, error) {
 
 func newPass(s Snapshot, engines []engine) *pass {
 	p := &pass{
-		deployment: s.Deployment,
-		engines:    engines,
-		clusters:   map[string]*cluster{},
-		binding:    s.Options.Binding,
-		programs:   programCache{shared: s.Options.Selectors, programs: map[string]*program{}},
-		stamped:    map[string][]int64{},
+		deployment:   s.Deployment,
+		engines:      engines,
+		clusters:     map[string]*cluster{},
+		binding:      s.Options.Binding,
+		programs:     programCache{shared: s.Options.Selectors, programs: map[string]*program{}},
+		now:          s.Now,
+		replaceAfter: s.Options.ReplaceUnscheduledAfter,
+		stamped:      map[string][]int64{},
 	}
 	// Sort every input first: the plan must not depend on the order the
 	// inputs arrived in.
@@ -105,10 +123,14 @@ func newPass(s Snapshot, engines []engine) *pass {
 			countedBefore[cl.name] = before
 		}
 	}
-	p.replicas = make([]Replica, 0, len(s.Replicas))
+	p.replicas = make([]Replica, 0, len(s.Replicas)+len(s.Assumed))
+	for _, r := range s.Assumed {
+		r.Assumed = true
+		p.replicas = append(p.replicas, r)
+	}
 	for _, r := range s.Replicas {
 		before, ok := countedBefore[r.Object.Spec.ClusterName]
-		if p.ours(r.Object) || !ok || !r.CountedBy(before) {
+		if p.ours(r) || !ok || !r.CountedBy(before) {
 			p.replicas = append(p.replicas, r)
 		}
 	}
@@ -120,16 +142,17 @@ func newPass(s Snapshot, engines []engine) *pass {
 }
 
 // ours reports whether a replica is this deployment's.
-func (s *pass) ours(r *v1alpha1.ModelReplica) bool {
-	return Ours(s.deployment, r.Metadata.Namespace, r.Metadata.Labels[v1alpha1.LabelDeployment])
+func (s *pass) ours(r Replica) bool {
+	return !r.Assumed && Ours(s.deployment, r.Object.Metadata.Namespace, r.Object.Metadata.Labels[v1alpha1.LabelDeployment], r.Deleting)
 }
 
 // Ours reports whether a replica in namespace, whose modelplane.ai/deployment
 // label is deployment, is d's (CONTRACT 4.1): every other replica is another
-// deployment's, and only ever charged. It is the one test of the rule, for
-// readers that have only a replica's metadata as much as for the scheduler.
-func Ours(d *v1alpha1.ModelDeployment, namespace, deployment string) bool {
-	return deployment == d.Metadata.Name && namespace == d.Metadata.Namespace
+// deployment's, and only ever charged, and so is one being deleted, whose
+// pods may still hold devices. It is the one test of the rule, for readers
+// that have only a replica's metadata as much as for the scheduler.
+func Ours(d *v1alpha1.ModelDeployment, namespace, deployment string, deleting bool) bool {
+	return !deleting && deployment == d.Metadata.Name && namespace == d.Metadata.Namespace
 }
 
 // identityOf reads a replica's (cluster, index). A missing or malformed index
@@ -159,11 +182,12 @@ func parseIndex(s string) int {
 // Retention ignores capacity, readiness and the gateway. A replica, or one
 // on a cluster, that could not be read is kept as observed, apart
 // (asObserved).
-func (s *pass) retain() (asObserved, kept []Placement) {
+func (s *pass) retain() (asObserved []Placement, kept []keptReplica) {
 	seen := map[identity]bool{}
 	tolerations := s.deployment.Spec.Template.Spec.Tolerations
-	for _, r := range s.replicas {
-		if !s.ours(r.Object) {
+	for i := range s.replicas {
+		r := s.replicas[i]
+		if !s.ours(r) {
 			continue
 		}
 		id := identityOf(r.Object)
@@ -192,13 +216,14 @@ func (s *pass) retain() (asObserved, kept []Placement) {
 			continue
 		}
 		seen[id] = true
-		kept = append(kept, Placement{
+		kept = append(kept, s.keep(Placement{
 			Cluster:       id.cluster,
 			Index:         id.index,
 			Gateway:       cl.gateway(),
 			ClusterLabels: cl.placementLabels(),
 			Engines:       engines,
-		})
+			Name:          r.Object.Metadata.Name,
+		}, &s.replicas[i]))
 	}
 	return asObserved, kept
 }
@@ -209,7 +234,7 @@ func (s *pass) retain() (asObserved, kept []Placement) {
 func AsObserved(d *v1alpha1.ModelDeployment, replicas []Replica) []Placement {
 	var out []Placement
 	for _, r := range replicas {
-		if r.Unreadable != "" && Ours(d, r.Object.Metadata.Namespace, r.Object.Metadata.Labels[v1alpha1.LabelDeployment]) {
+		if r.Unreadable != "" && Ours(d, r.Object.Metadata.Namespace, r.Object.Metadata.Labels[v1alpha1.LabelDeployment], r.Deleting) {
 			out = append(out, observedPlacement(r, identityOf(r.Object)))
 		}
 	}
@@ -272,9 +297,12 @@ func (s *pass) retainedEngines(cl *cluster, r *v1alpha1.ModelReplica) ([]EngineP
 	return out, true
 }
 
-// scaleDown drops replicas until wanted remain: each time the highest index
-// on the cluster hosting the most, ties going to the later cluster name.
-func scaleDown(kept []Placement, wanted int) []Placement {
+// scaleDown drops replicas until wanted remain, as a ReplicaSet ranks its
+// pods (CONTRACT 4.5): stuck replicas first, then those whose pods are not
+// all scheduled, then each time the highest index on the cluster hosting
+// the most, ties going to the later cluster name (CONTRACT 4.1). With no
+// PodsScheduled False anywhere, that is 4.1's order alone.
+func (s *pass) scaleDown(kept []keptReplica, wanted int) []keptReplica {
 	kept = slices.Clone(kept)
 	for len(kept) > wanted {
 		load := map[string]int{}
@@ -284,7 +312,7 @@ func scaleDown(kept []Placement, wanted int) []Placement {
 		victim := 0
 		for i, k := range kept {
 			v := kept[victim]
-			if c := cmp.Or(cmp.Compare(load[k.Cluster], load[v.Cluster]), cmp.Compare(k.Cluster, v.Cluster), cmp.Compare(k.Index, v.Index)); c > 0 {
+			if c := cmp.Or(cmp.Compare(k.dropFirst(), v.dropFirst()), cmp.Compare(load[k.Cluster], load[v.Cluster]), cmp.Compare(k.Cluster, v.Cluster), cmp.Compare(k.Index, v.Index)); c > 0 {
 				victim = i
 			}
 		}
@@ -298,48 +326,16 @@ func scaleDown(kept []Placement, wanted int) []Placement {
 // the lowest free index there. It stops early when no cluster can host
 // another, and says why for each.
 func (s *pass) fill(kept []Placement, n int) ([]Placement, *Shortfall) {
-	load := map[string]int{}
-	used := map[string]map[int]bool{}
+	load, used := loadOf(kept)
 	// No index below from[cluster] is free there: fill only takes indexes,
 	// so each search starts where the last ended, not at 0 (a deployment of
 	// a million replicas searched 5e11 indexes).
 	from := map[string]int{}
-	for _, k := range kept {
-		load[k.Cluster]++
-		if used[k.Cluster] == nil {
-			used[k.Cluster] = map[int]bool{}
-		}
-		used[k.Cluster][k.Index] = true
-	}
-	tolerations := s.deployment.Spec.Template.Spec.Tolerations
 	var placed []Placement
 	for range n {
-		var best *cluster
-		var verdicts []ClusterVerdict
-		for _, cl := range s.clusterList {
-			if why := cl.newReplicaFilter(tolerations); why != nil {
-				verdicts = append(verdicts, ClusterVerdict{Cluster: cl.name, Reason: *why})
-				continue
-			}
-			res, why := s.reserveReplica(cl)
-			if why != nil {
-				verdicts = append(verdicts, ClusterVerdict{Cluster: cl.name, Reason: *why})
-				continue
-			}
-			res.undo()
-			if best == nil || fillScore(load, cl) > fillScore(load, best) {
-				best = cl
-			}
-		}
+		best, res, verdicts := s.chooseCluster(load)
 		if best == nil {
 			return placed, newShortfall(verdicts)
-		}
-		// The trial on best was undone exactly, so reserving again gives the
-		// same placement; a failure here would be a ledger bug, and places
-		// nothing rather than a replica the ledger did not book.
-		res, why := s.reserveReplica(best)
-		if why != nil {
-			return placed, newShortfall([]ClusterVerdict{{Cluster: best.name, Reason: *why}})
 		}
 		if used[best.name] == nil {
 			used[best.name] = map[int]bool{}
@@ -358,6 +354,55 @@ func (s *pass) fill(kept []Placement, n int) ([]Placement, *Shortfall) {
 		})
 	}
 	return placed, nil
+}
+
+// chooseCluster finds the cluster a new replica goes to: of those that pass
+// the filters and fit it, the best by fillScore. It returns the cluster and
+// the replica reserved on it, or, when none can host it, why each cannot.
+func (s *pass) chooseCluster(load map[string]int) (*cluster, *reservation, []ClusterVerdict) {
+	tolerations := s.deployment.Spec.Template.Spec.Tolerations
+	var best *cluster
+	var verdicts []ClusterVerdict
+	for _, cl := range s.clusterList {
+		if why := cl.newReplicaFilter(tolerations); why != nil {
+			verdicts = append(verdicts, ClusterVerdict{Cluster: cl.name, Reason: *why})
+			continue
+		}
+		res, why := s.reserveReplica(cl)
+		if why != nil {
+			verdicts = append(verdicts, ClusterVerdict{Cluster: cl.name, Reason: *why})
+			continue
+		}
+		res.undo()
+		if best == nil || fillScore(load, cl) > fillScore(load, best) {
+			best = cl
+		}
+	}
+	if best == nil {
+		return nil, nil, verdicts
+	}
+	// The trial on best was undone exactly, so reserving again gives the
+	// same placement; a failure here would be a ledger bug, and places
+	// nothing rather than a replica the ledger did not book.
+	res, why := s.reserveReplica(best)
+	if why != nil {
+		return nil, nil, []ClusterVerdict{{Cluster: best.name, Reason: *why}}
+	}
+	return best, res, nil
+}
+
+// loadOf is how many replicas each cluster hosts, and the indices in use.
+func loadOf(placements []Placement) (map[string]int, map[string]map[int]bool) {
+	load := map[string]int{}
+	used := map[string]map[int]bool{}
+	for _, k := range placements {
+		load[k.Cluster]++
+		if used[k.Cluster] == nil {
+			used[k.Cluster] = map[int]bool{}
+		}
+		used[k.Cluster][k.Index] = true
+	}
+	return load, used
 }
 
 // fillScore ranks a cluster that can host a new replica: the fewer of the

@@ -75,6 +75,11 @@ func Replica(xr *v1alpha1.ModelDeployment, p scheduling.Placement) *v1alpha1.Mod
 	if spec.ModelCacheRef != nil {
 		r.Spec.ModelCacheRef = &v1alpha1.LocalRef{Name: spec.ModelCacheRef.Name}
 	}
+	if p.Replacement != nil {
+		// What the function remembers of moving the replica, read back
+		// from the observed replica on the next call.
+		r.Metadata.Annotations = map[string]string{v1alpha1.AnnotationReplacement: p.Replacement.String()}
+	}
 	for _, ep := range p.Engines {
 		var e *v1alpha1.Engine
 		for i := range spec.Engines {

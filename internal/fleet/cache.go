@@ -59,7 +59,7 @@ type observedReplica struct {
 	// replicas each pointer followed is a millisecond of cache misses.
 	namespace, deployment, cluster string
 	scheduledAt                    time.Time
-	scheduled                      bool
+	scheduled, deleting            bool
 }
 
 func newObservedReplica(o *v1alpha1.ModelReplica) *observedReplica {
@@ -67,6 +67,7 @@ func newObservedReplica(o *v1alpha1.ModelReplica) *observedReplica {
 		namespace:  o.Metadata.Namespace,
 		deployment: o.Metadata.Labels[v1alpha1.LabelDeployment],
 		cluster:    o.Spec.ClusterName,
+		deleting:   o.Metadata.DeletionTimestamp != nil,
 	}
 	r.replica, r.finding = observation.Replica(o)
 	if r.replica.ScheduledSince != nil {
@@ -77,7 +78,7 @@ func newObservedReplica(o *v1alpha1.ModelReplica) *observedReplica {
 
 // ours is whether the replica is one of the deployment's.
 func (r *observedReplica) ours(xr *v1alpha1.ModelDeployment) bool {
-	return scheduling.Ours(xr, r.namespace, r.deployment)
+	return scheduling.Ours(xr, r.namespace, r.deployment, r.deleting)
 }
 
 // countedBy is scheduling.Replica.CountedBy, of the inline time.

@@ -12,6 +12,7 @@ package fleet
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
@@ -45,6 +46,34 @@ type Fleet struct {
 	// Warnings are the objects that could not be read, and what is made
 	// of them.
 	Warnings []string
+
+	// all are every replica read, and shown indexes them by name, made
+	// when first asked.
+	all   []entry
+	shown map[[2]string]*entry
+}
+
+// Shows reports whether the fleet holds the replica namespace/name on
+// cluster, its engines pinned to pools (in engine order) where they were
+// read: a replica every report counts, whose engines were not read, on its
+// cluster is shown whatever its pools.
+func (fl *Fleet) Shows(namespace, name, cluster string, pools []string) bool {
+	if fl.shown == nil {
+		fl.shown = make(map[[2]string]*entry, len(fl.all))
+		for i := range fl.all {
+			o := fl.all[i].replica.Object
+			fl.shown[[2]string{o.Metadata.Namespace, o.Metadata.Name}] = &fl.all[i]
+		}
+	}
+	e, ok := fl.shown[[2]string{namespace, name}]
+	if !ok || e.replica.Object.Spec.ClusterName != cluster {
+		return false
+	}
+	if e.spec != nil {
+		// Its engines were never read: no report has lost it.
+		return true
+	}
+	return slices.Equal(e.replica.Object.Pools(), pools)
 }
 
 // Reader reads fleets, keeping what it read of each InferenceCluster and
@@ -122,6 +151,7 @@ func (r *Reader) Read(clusters, replicas Items, xr *v1alpha1.ModelDeployment, no
 		return out, nil
 	}
 	out.Replicas, out.Findings = out.readPins(entries)
+	out.all = entries
 	return out, nil
 }
 
@@ -205,7 +235,7 @@ func (fl *Fleet) unreadableReplica(sr *structReader, item []byte, xr *v1alpha1.M
 	name := objectName(rep.Metadata.Namespace, rep.Metadata.Name)
 	var what string
 	switch {
-	case scheduling.Ours(xr, rep.Metadata.Namespace, rep.Metadata.Labels[v1alpha1.LabelDeployment]):
+	case scheduling.Ours(xr, rep.Metadata.Namespace, rep.Metadata.Labels[v1alpha1.LabelDeployment], rep.Metadata.DeletionTimestamp != nil):
 		what = "it is this deployment's, and stays as observed until it reads"
 	case !clusterRead:
 		what = "its cluster does not read either, so it cannot be charged to any pool"
@@ -252,7 +282,8 @@ func (fl *Fleet) readPins(entries []entry) ([]scheduling.Replica, []observation.
 	var r structReader
 	kept := make([]scheduling.Replica, 0, len(entries))
 	var findings []observation.ReplicaFinding
-	for _, e := range entries {
+	for i := range entries {
+		e := &entries[i]
 		if e.observed != nil && e.observed.finding != nil {
 			findings = append(findings, *e.observed.finding)
 		}
@@ -276,6 +307,8 @@ func (fl *Fleet) readPins(entries []entry) ([]scheduling.Replica, []observation.
 		} else {
 			rep.Object = withPins
 		}
+		// Read now, as the scheduler will see it.
+		e.replica, e.spec = rep, nil
 		kept = append(kept, rep)
 	}
 	return kept, findings

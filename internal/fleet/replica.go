@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"bytes"
+	"slices"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/internal/wire"
@@ -18,8 +19,8 @@ func (r *structReader) readReplica(s []byte, cache *replicaCache, call uint64) (
 	// Each object is read in one walk of its entries.
 	var top [3]wire.Value
 	wire.Object(s).Fields([]string{"metadata", "spec", "status"}, top[:])
-	var meta [5]wire.Value
-	r.object(top[0], "metadata").Fields([]string{keyName, "namespace", "labels", "uid", "resourceVersion"}, meta[:])
+	var meta [7]wire.Value
+	r.object(top[0], "metadata").Fields([]string{keyName, "namespace", "labels", "uid", "resourceVersion", "annotations", "deletionTimestamp"}, meta[:])
 	r.cacheKey = appendObjectKey(r.cacheKey[:0], meta[1], meta[0], meta[3], meta[4])
 	if cached, ok := cache.get(r.cacheKey, call); ok {
 		return cached, r.object(top[1], "spec"), r.err
@@ -43,6 +44,19 @@ func (r *structReader) readReplica(s []byte, cache *replicaCache, call uint64) (
 		}
 		r.leave()
 	}
+	// Of the annotations, only the function's own memory.
+	if annotations := r.object(meta[5], "annotations"); annotations != nil {
+		if v := annotations.Get(v1alpha1.AnnotationReplacement); v.Kind != wire.KindAbsent {
+			r.enter("annotations", notAnElement)
+			out.Metadata.Annotations = map[string]string{v1alpha1.AnnotationReplacement: r.str(v, v1alpha1.AnnotationReplacement)}
+			r.leave()
+		}
+	}
+	// Only whether it is set matters: a replica being deleted.
+	if !meta[6].Absent() {
+		deleting := ""
+		out.Metadata.DeletionTimestamp = &deleting
+	}
 	r.leave()
 
 	spec := r.object(top[1], "spec")
@@ -52,7 +66,7 @@ func (r *structReader) readReplica(s []byte, cache *replicaCache, call uint64) (
 
 	if conds := r.object(top[2], "status").Get("conditions"); !conds.Absent() {
 		r.enter("status", notAnElement)
-		out.Status = &v1alpha1.ModelReplicaStatus{Conditions: r.podsScheduledConditions(conds)}
+		out.Status = &v1alpha1.ModelReplicaStatus{Conditions: r.observedConditions(conds)}
 		r.leave()
 	}
 	if r.err != nil {
@@ -113,12 +127,13 @@ func (r *structReader) member(v wire.Value) v1alpha1.ReplicaMember {
 	return m
 }
 
-// podsScheduledConditions keeps, decoded, what the observation package
-// judges of a replica's conditions: of each PodsScheduled condition, at its
-// index, the fields observation.PodsScheduledFields names; all of it when it
-// is not a list. Other conditions and fields are never read, so never decoded: a
-// replica carries several conditions, and a fleet thousands of replicas.
-func (r *structReader) podsScheduledConditions(conds wire.Value) any {
+// observedConditions keeps, decoded, what the observation package judges
+// of a replica's conditions: of each condition of the types
+// observation.ConditionTypes names, at its index, the fields
+// observation.ConditionFields names; all of it when it is not a list.
+// Other conditions and fields are never read, so never decoded: a replica
+// carries several conditions, and a fleet thousands of replicas.
+func (r *structReader) observedConditions(conds wire.Value) any {
 	if conds.Kind != wire.KindList {
 		return r.decoded(conds, "conditions")
 	}
@@ -131,17 +146,17 @@ func (r *structReader) podsScheduledConditions(conds wire.Value) any {
 			r.leave()
 			continue
 		}
-		// A condition whose bytes do not hold the type's name is not of that
-		// type; most of a replica's conditions are skipped without a walk.
-		if !bytes.Contains(c.Raw, []byte(podsScheduledType)) {
+		// A condition whose bytes hold none of the types' names is of none
+		// of them; most of a replica's conditions are skipped without a
+		// walk.
+		if !mayBeObserved(c.Raw) {
 			r.leave()
 			continue
 		}
-		// The fields of a condition observation.Replica reads.
-		conditionKeys := observation.PodsScheduledFields
+		conditionKeys := observation.ConditionFields
 		var fields [len(conditionKeys)]wire.Value
 		r.object(c, "").Fields(conditionKeys[:], fields[:])
-		if isPodsScheduled(fields[0]) {
+		if isObservedType(fields[0]) {
 			cond := make(map[string]any, len(conditionKeys))
 			for k, key := range conditionKeys {
 				if fields[k].Kind != wire.KindAbsent {
@@ -155,11 +170,17 @@ func (r *structReader) podsScheduledConditions(conds wire.Value) any {
 	return out
 }
 
-// podsScheduledType is the type of condition readReplica reads.
-const podsScheduledType = observation.ConditionPodsScheduled
+func mayBeObserved(raw []byte) bool {
+	for _, typ := range observation.ConditionTypes {
+		if bytes.Contains(raw, []byte(typ)) {
+			return true
+		}
+	}
+	return false
+}
 
-func isPodsScheduled(typ wire.Value) bool {
-	return typ.Kind == wire.KindString && string(typ.Raw) == podsScheduledType
+func isObservedType(typ wire.Value) bool {
+	return typ.Kind == wire.KindString && slices.Contains(observation.ConditionTypes[:], string(typ.Raw))
 }
 
 // partialReplica reads what it can of a replica that did not read whole:
@@ -169,6 +190,10 @@ func isPodsScheduled(typ wire.Value) bool {
 func (r *structReader) partialReplica(s []byte) (rep *v1alpha1.ModelReplica, clusterRead, enginesRead bool) {
 	name, namespace, deployment := metadataOf(s)
 	rep = &v1alpha1.ModelReplica{Metadata: v1alpha1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{}}}
+	if md := wire.Object(s).Get("metadata"); md.Kind == wire.KindStruct && !wire.Object(md.Raw).Get("deletionTimestamp").Absent() {
+		deleting := ""
+		rep.Metadata.DeletionTimestamp = &deleting
+	}
 	if deployment != "" {
 		rep.Metadata.Labels[v1alpha1.LabelDeployment] = deployment
 	}

@@ -36,6 +36,7 @@ import (
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
+	"github.com/modelplaneai/fleet-scheduler/test/internal/pki"
 	"github.com/modelplaneai/fleet-scheduler/test/internal/testenv"
 	"github.com/modelplaneai/fleet-scheduler/tools/image"
 )
@@ -58,32 +59,27 @@ func TestServesRunFunctionOnlyOverMutualTLS(t *testing.T) {
 	rootfs := filepath.Join(dir, "rootfs")
 	extract(t, img, rootfs)
 
-	ca := newCA(t, "crossplane-root-ca")
-	server := newLeaf(t, ca, certOptions{
-		commonName: "fleet-scheduler",
-		usage:      []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		dnsNames:   []string{"localhost"},
-		ips:        []net.IP{net.IPv4(127, 0, 0, 1)},
-	})
-	client := newLeaf(t, ca, certOptions{commonName: "crossplane", usage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	ca := pki.NewCA(t, "crossplane-root-ca")
+	server := pki.LoopbackServer(t, ca, "fleet-scheduler")
+	client := pki.Client(t, ca, "crossplane")
 	certs := filepath.Join(dir, "certs")
-	writeServerCerts(t, certs, server, ca)
+	pki.WriteCertsDir(t, certs, server, ca)
 
 	addr := start(t, img, rootfs, certs)
 
 	roots := x509.NewCertPool()
-	roots.AddCert(ca.cert)
+	roots.AddCert(ca.Cert)
 
 	good := credentials.NewTLS(&tls.Config{
 		MinVersion:   tls.VersionTLS12,
 		RootCAs:      roots,
-		Certificates: []tls.Certificate{client.tlsCertificate(t)},
+		Certificates: []tls.Certificate{client.TLSCertificate(t)},
 	})
 	t.Run("a client whose certificate the CA signed gets a response", func(t *testing.T) {
 		expectResponse(t, addr, good)
 	})
 
-	rogueCA := newCA(t, "rogue-ca")
+	rogueCA := pki.NewCA(t, "rogue-ca")
 	refused := map[string]struct {
 		reason string
 		creds  credentials.TransportCredentials
@@ -95,19 +91,19 @@ func TestServesRunFunctionOnlyOverMutualTLS(t *testing.T) {
 		"OtherCA": {
 			reason: "A client whose certificate a CA other than ca.crt signed is refused.",
 			creds: credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, Certificates: []tls.Certificate{
-				newLeaf(t, rogueCA, certOptions{commonName: "crossplane", usage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}).tlsCertificate(t),
+				pki.Client(t, rogueCA, "crossplane").TLSCertificate(t),
 			}}),
 		},
 		"Expired": {
 			reason: "A client whose certificate the CA signed but that has expired is refused.",
 			creds: credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, Certificates: []tls.Certificate{
-				newLeaf(t, ca, certOptions{commonName: "crossplane", usage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, notAfter: time.Now().Add(-time.Hour)}).tlsCertificate(t),
+				pki.NewLeaf(t, ca, pki.Options{CommonName: "crossplane", Usage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, NotAfter: time.Now().Add(-time.Hour)}).TLSCertificate(t),
 			}}),
 		},
 		"ServerOnlyUsage": {
 			reason: "A client presenting a certificate the CA signed for server authentication only is refused.",
 			creds: credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, Certificates: []tls.Certificate{
-				newLeaf(t, ca, certOptions{commonName: "crossplane", usage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}).tlsCertificate(t),
+				pki.NewLeaf(t, ca, pki.Options{CommonName: "crossplane", Usage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}).TLSCertificate(t),
 			}}),
 		},
 		"Plaintext": {
@@ -184,7 +180,7 @@ func start(t *testing.T, img v1.Image, rootfs, certs string) string {
 		t.Errorf("the function's default address is not :9443, the port the image exposes:\n%s", help)
 	}
 
-	addr := freeLoopbackAddr(t)
+	addr := testenv.FreeLoopbackAddr(t)
 	args := []string{"--address=" + addr}
 	if strings.Contains(string(help), "--metrics-address") {
 		args = append(args, "--metrics-address=127.0.0.1:0")
@@ -269,20 +265,6 @@ func holdMetricsPort(t *testing.T) {
 		return
 	}
 	t.Cleanup(func() { _ = l.Close() })
-}
-
-func freeLoopbackAddr(t *testing.T) string {
-	t.Helper()
-	var lc net.ListenConfig
-	l, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 func parseUser(t *testing.T, user string) (uint32, uint32) {

@@ -13,10 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"maps"
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -26,7 +23,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"go.yaml.in/yaml/v3"
@@ -59,24 +55,12 @@ func TestPushAndPullMultiArchPackage(t *testing.T) {
 		t.Fatalf("./hack/build-xpkg.sh: %v", err)
 	}
 
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(srv.Close)
-	u, err := url.Parse(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// go-containerregistry talks plain HTTP to a loopback registry.
-	ref := u.Host + "/modelplane/fleet-scheduler:v0.1.0"
-
+	ref := testenv.ServeRegistry(t)
 	files := make([]string, 0, len(archs))
 	for _, a := range archs {
 		files = append(files, filepath.Join(out, "xpkg", "fleet-scheduler-"+a+".xpkg"))
 	}
-	// An empty Docker config: no credentials from this machine leak in.
-	pushEnv := []string{"DOCKER_CONFIG=" + t.TempDir()}
-	if pushLog, err := testenv.Run(t.Context(), root, pushEnv, cli, "xpkg", "push", "-f", strings.Join(files, ","), ref); err != nil {
-		t.Fatalf("crossplane xpkg push: %v\n%s", err, pushLog)
-	}
+	testenv.PushPackage(t, cli, ref, files...)
 
 	tag, err := name.NewTag(ref, name.StrictValidation)
 	if err != nil {

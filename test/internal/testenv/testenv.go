@@ -1,5 +1,6 @@
 // Package testenv finds the repository, the crossplane CLI and the function
-// binary that the artifact tests (package, mTLS, schemas) exercise.
+// binary that the artifact tests (package, mTLS, schemas, live) exercise, and
+// serves them a registry and free ports on loopback.
 package testenv
 
 import (
@@ -7,31 +8,63 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/google/go-containerregistry/pkg/registry"
 )
 
 // RepoRoot returns the root of the fleet-scheduler repository: the nearest
 // directory above the working directory that holds package/crossplane.yaml.
 func RepoRoot(t *testing.T) string {
 	t.Helper()
+	dir, err := FindRepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// FindRepoRoot is RepoRoot for code that runs outside a test, as TestMain.
+func FindRepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
-		t.Fatalf("cannot get working directory: %v", err)
+		return "", fmt.Errorf("cannot get working directory: %w", err)
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "package", "crossplane.yaml")); err == nil {
-			return dir
+			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			t.Fatal("cannot find the repository root (no package/crossplane.yaml above the working directory)")
+			return "", errors.New("cannot find the repository root (no package/crossplane.yaml above the working directory)")
 		}
 		dir = parent
 	}
+}
+
+// FreeLoopbackAddr returns 127.0.0.1:port with a port nothing listens on now.
+func FreeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	var lc net.ListenConfig
+	l, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }
 
 // CrossplaneCLI returns the path of the crossplane CLI: $CROSSPLANE, else
@@ -70,6 +103,32 @@ func BuildFunction(t *testing.T, goarch, dir string) string {
 		t.Fatalf("cannot build the function binary: %v\n%s", err, b)
 	}
 	return out
+}
+
+// ServeRegistry serves an OCI registry on loopback, in this process, until the
+// test ends, and returns the reference of a fleet-scheduler package tag in
+// it. go-containerregistry, and so Crossplane and its CLI, talk plain HTTP to
+// a loopback registry.
+func ServeRegistry(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Host + "/modelplane/fleet-scheduler:v0.1.0"
+}
+
+// PushPackage pushes .xpkg files, one per platform, as one package to ref
+// with `crossplane xpkg push`.
+func PushPackage(t *testing.T, cli, ref string, files ...string) {
+	t.Helper()
+	// An empty Docker config: no credentials from this machine leak in.
+	env := []string{"DOCKER_CONFIG=" + t.TempDir()}
+	if out, err := Run(t.Context(), RepoRoot(t), env, cli, "xpkg", "push", "-f", strings.Join(files, ","), ref); err != nil {
+		t.Fatalf("crossplane xpkg push: %v\n%s", err, out)
+	}
 }
 
 // Run runs name with args in dir and returns its combined output.

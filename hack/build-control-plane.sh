@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Builds the control plane the live tests (test/live) run, from Go source, into
+# bin/control-plane/:
+#
+#   etcd                     go.etcd.io/etcd/server/v3                      (test/live/controlplane/etcd)
+#   kube-apiserver           k8s.io/kubernetes/cmd/kube-apiserver           (test/live/controlplane/kubernetes)
+#   kube-controller-manager  k8s.io/kubernetes/cmd/kube-controller-manager  (test/live/controlplane/kubernetes)
+#   crossplane               Crossplane core, cmd/crossplane                (test/live/controlplane/crossplane)
+#
+# Each comes from a wrapper module of its own, which pins the version and
+# keeps these dependencies out of every other module. A binary is rebuilt only
+# when its wrapper's go.mod or go.sum, or the Go toolchain, changed since it
+# was built (bin/control-plane/.<name>.stamp). Needs only Go and the Go module
+# proxy; the first build takes a long time (Kubernetes most of it).
+#
+#   ./hack/build-control-plane.sh            # build what is not current
+#   ./hack/build-control-plane.sh --check    # also: each wrapper's go.mod is tidy
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="${root}/bin/control-plane"
+wrappers="${root}/test/live/controlplane"
+
+# The wrappers' go.mod and go.sum are the truth: never edit them while building.
+export GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false"
+
+check=false
+if [[ "${1:-}" == "--check" ]]; then
+  check=true
+fi
+
+# build WRAPPER NAME PACKAGE LDFLAGS builds the tool PACKAGE of the wrapper
+# module test/live/controlplane/WRAPPER into bin/control-plane/NAME.
+build() {
+  local wrapper="$1" name="$2" pkg="$3" ldflags="$4"
+  local dir="${wrappers}/${wrapper}" bin="${out}/${name}" stamp="${out}/.${name}.stamp"
+  local want
+  want="${pkg} $(cat "${dir}/go.mod" "${dir}/go.sum" | sha256sum | cut -c1-16) $(go env GOVERSION) $(go env GOOS)/$(go env GOARCH)"
+  if [[ -x "${bin}" && -f "${stamp}" && "$(cat "${stamp}")" == "${want}" ]]; then
+    echo "bin/control-plane/${name} is current" >&2
+    return
+  fi
+  echo "Building bin/control-plane/${name} from ${pkg} (test/live/controlplane/${wrapper}/go.mod)..." >&2
+  local started=${SECONDS}
+  mkdir -p "${out}"
+  local tmp
+  tmp="$(mktemp "${out}/.${name}.XXXXXX")"
+  # -s -w: no symbol table or DWARF; these are test fixtures, not debugged here.
+  if ! (cd "${dir}" && go build -trimpath -ldflags "-s -w ${ldflags}" -o "${tmp}" "${pkg}"); then
+    rm -f "${tmp}"
+    return 1
+  fi
+  mv -f "${tmp}" "${bin}"
+  echo "${want}" > "${stamp}"
+  echo "Built bin/control-plane/${name} in $((SECONDS - started))s" >&2
+}
+
+# version WRAPPER MODULE prints the version of MODULE that WRAPPER requires.
+version() {
+  (cd "${wrappers}/$1" && go list -m -f '{{.Version}}' "$2")
+}
+
+if ${check}; then
+  # A wrapper holds no Go code, only its go.mod's tool directives: tidy is
+  # all there is to check (go vet would find no package to vet).
+  for wrapper in etcd kubernetes crossplane; do
+    (cd "${wrappers}/${wrapper}" && go mod tidy -diff)
+  done
+fi
+
+build etcd etcd go.etcd.io/etcd/server/v3 ""
+
+# The apiserver reports this version (discovery, /version) and derives its
+# emulation version from it; a plain `go build` would say v0.0.0-master.
+k8s="$(version kubernetes k8s.io/kubernetes)"
+k8s_minor="$(cut -d. -f2 <<<"${k8s}")"
+k8s_ldflags="-X k8s.io/component-base/version.gitVersion=${k8s} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${k8s_minor}"
+build kubernetes kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "${k8s_ldflags}"
+build kubernetes kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "${k8s_ldflags}"
+
+# Crossplane checks packages' spec.crossplane.version against its own.
+xp="$(version crossplane github.com/crossplane/crossplane/v2)"
+build crossplane crossplane github.com/crossplane/crossplane/v2/cmd/crossplane \
+  "-X github.com/crossplane/crossplane-runtime/v2/pkg/version.version=${xp}"

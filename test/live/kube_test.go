@@ -1,0 +1,226 @@
+package live
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// object returns an empty object of a kind, with a name.
+func object(apiVersion, kind, namespace, name string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(apiVersion)
+	u.SetKind(kind)
+	u.SetNamespace(namespace)
+	u.SetName(name)
+	return u
+}
+
+// readObjects reads the objects of a YAML stream.
+func readObjects(t *testing.T, file string) []*unstructured.Unstructured {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []*unstructured.Unstructured
+	d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		err := d.Decode(&u.Object)
+		if errors.Is(err, io.EOF) {
+			return objs
+		}
+		if err != nil {
+			t.Fatalf("cannot decode %s: %v", file, err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+}
+
+// apply creates an object, or merge-patches its metadata and spec if it
+// exists, then merge-patches its status, if it has one, through the status
+// subresource (a create or an update of the object itself drops status).
+// Not server-side apply: it refuses a field the schema lacks, where an update
+// or a patch, as Crossplane and most controllers write, has the API server
+// prune it (with a warning), which is what these tests show.
+func (cp *controlPlane) apply(t *testing.T, u *unstructured.Unstructured) {
+	t.Helper()
+	u = u.DeepCopy()
+	status, hasStatus := u.Object["status"]
+	delete(u.Object, "status")
+	err := cp.kube.Create(t.Context(), u.DeepCopy())
+	if kerrors.IsAlreadyExists(err) {
+		err = cp.kube.Patch(t.Context(), u.DeepCopy(), client.RawPatch(types.MergePatchType, mustJSON(t, u.Object)))
+	}
+	if err != nil {
+		t.Fatalf("cannot apply %s %s: %v", u.GetKind(), key(u), err)
+	}
+	if hasStatus {
+		cp.applyStatus(t, u, status)
+	}
+}
+
+// applyStatus merge-patches an object's status: a list in it replaces the
+// list there.
+func (cp *controlPlane) applyStatus(t *testing.T, u *unstructured.Unstructured, status any) {
+	t.Helper()
+	patch := mustJSON(t, map[string]any{"status": status})
+	target := object(u.GetAPIVersion(), u.GetKind(), u.GetNamespace(), u.GetName())
+	if err := cp.kube.Status().Patch(t.Context(), target, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatalf("cannot patch the status of %s %s: %v", u.GetKind(), key(u), err)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// get reads an object; nil when it does not exist.
+func get(t *testing.T, kube client.Client, apiVersion, kind, namespace, name string) *unstructured.Unstructured {
+	t.Helper()
+	u := object(apiVersion, kind, namespace, name)
+	err := kube.Get(t.Context(), types.NamespacedName{Namespace: namespace, Name: name}, u)
+	if kerrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("cannot get %s %s/%s: %v", kind, namespace, name, err)
+	}
+	return u
+}
+
+// list reads the objects of a kind.
+func list(t *testing.T, kube client.Client, apiVersion, kind string, opts ...client.ListOption) []unstructured.Unstructured {
+	t.Helper()
+	l := &unstructured.UnstructuredList{}
+	l.SetAPIVersion(apiVersion)
+	l.SetKind(kind + "List")
+	if err := kube.List(t.Context(), l, opts...); err != nil {
+		t.Fatalf("cannot list %s: %v", kind, err)
+	}
+	return l.Items
+}
+
+// eventually calls check until it returns nil, failing the test with its last
+// error once timeout has passed. It returns how long it waited.
+func eventually(t *testing.T, timeout time.Duration, what string, check func() error) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		err := check()
+		if err == nil {
+			return time.Since(start)
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("not within %s: %s: %v", timeout, what, err)
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatalf("%s: %v", what, t.Context().Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// condition returns an object's status condition of a type; nil when absent.
+func condition(u *unstructured.Unstructured, typ string) map[string]any {
+	if u == nil {
+		return nil
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == typ {
+			return m
+		}
+	}
+	return nil
+}
+
+func conditionStatus(u *unstructured.Unstructured, typ string) string {
+	s, _ := condition(u, typ)["status"].(string)
+	return s
+}
+
+func conditionMessage(u *unstructured.Unstructured, typ string) string {
+	s, _ := condition(u, typ)["message"].(string)
+	return s
+}
+
+func key(u *unstructured.Unstructured) string {
+	if u.GetNamespace() == "" {
+		return u.GetName()
+	}
+	return fmt.Sprintf("%s/%s", u.GetNamespace(), u.GetName())
+}
+
+// applyAll applies objects in order.
+func (cp *controlPlane) applyAll(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	for _, o := range objs {
+		cp.apply(t, o)
+	}
+}
+
+// installXRDs applies XRDs and waits until Crossplane has established each,
+// and the API server serves its kind.
+func (cp *controlPlane) installXRDs(t *testing.T, files ...string) {
+	t.Helper()
+	for _, f := range files {
+		for _, xrd := range readObjects(t, f) {
+			cp.apply(t, xrd)
+			eventually(t, 2*time.Minute, "XRD "+xrd.GetName()+" Established", func() error {
+				got := get(t, cp.kube, xrd.GetAPIVersion(), xrd.GetKind(), "", xrd.GetName())
+				if s := conditionStatus(got, "Established"); s != "True" {
+					return fmt.Errorf("Established is %q: %s", s, conditionMessage(got, "Established"))
+				}
+				group, _, _ := unstructured.NestedString(xrd.Object, "spec", "group")
+				kind, _, _ := unstructured.NestedString(xrd.Object, "spec", "names", "kind")
+				l := &unstructured.UnstructuredList{}
+				l.SetAPIVersion(group + "/v1alpha1")
+				l.SetKind(kind + "List")
+				return cp.kube.List(t.Context(), l)
+			})
+		}
+	}
+}
+
+// waitSchemaHas waits until a CRD's schema names a field: Crossplane has
+// updated the CRD from a changed XRD.
+func (cp *controlPlane) waitSchemaHas(t *testing.T, crd, field string) {
+	t.Helper()
+	eventually(t, 2*time.Minute, "CRD "+crd+" has "+field, func() error {
+		got := get(t, cp.kube, "apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)
+		if got == nil {
+			return errors.New("no such CRD")
+		}
+		b, err := json.Marshal(got.Object["spec"])
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(b), strconv.Quote(field)+":") {
+			return errors.New("not in its schema yet")
+		}
+		return nil
+	})
+}
