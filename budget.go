@@ -9,10 +9,11 @@ import (
 )
 
 // maxResponseBytes is the most Crossplane receives of a response: its
-// function runner (internal/xfn/function_runner.go) and crossplane render
-// (internal/render/runner.go) dial without a receive limit of their own,
-// so gRPC's default of 4 MiB holds, and a larger response fails the
-// reconcile with ResourceExhausted.
+// function runner (internal/xfn/function_runner.go:254 in v2.2.0 and
+// v2.3.4) and crossplane render (cmd/crank/render/render.go:131 in v2.2.0,
+// internal/render/runner.go:57 in v2.3.4) dial without a receive limit of
+// their own, so gRPC's default of 4 MiB holds, and a larger response fails
+// the reconcile with ResourceExhausted.
 const maxResponseBytes = 4 << 20
 
 // responseBudget counts what a response composes, so that one Crossplane

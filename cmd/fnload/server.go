@@ -45,6 +45,12 @@ func (s *server) build(ctx context.Context, root, dir string) error {
 	}
 	src := root
 	if s.rev != "." {
+		// The report names the commit, not a branch that moves on.
+		commit, err := exec.CommandContext(ctx, "git", "-C", root, "rev-parse", "--short", s.rev).Output() //nolint:gosec // The caller's revision.
+		if err != nil {
+			return fmt.Errorf("cannot find revision %s: %w", s.rev, err)
+		}
+		s.rev = strings.TrimSpace(string(commit))
 		src = filepath.Join(dir, "src-"+s.label)
 		if err := os.MkdirAll(src, 0o750); err != nil {
 			return fmt.Errorf("cannot create %s: %w", src, err)
