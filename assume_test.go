@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -103,9 +104,9 @@ func TestAssumedPlacements(t *testing.T) {
 			calls: []call{{deployment: "d1", placed: 1}, {deployment: "d1", placed: 1}},
 		},
 		"CallGivenUpAssumesNothing": {
-			reason: "A call whose caller has gone records nothing: Crossplane will not apply its response, so the next call may take the node.",
+			reason: "A call whose caller has gone stops with the context's error and records nothing: Crossplane will not apply its response, so the next call may take the node.",
 			free:   1, f: assumingFunction(),
-			calls: []call{{deployment: "d1", cancelled: true, placed: 1}, {deployment: "d2", placed: 1}},
+			calls: []call{{deployment: "d1", cancelled: true}, {deployment: "d2", placed: 1}},
 		},
 	}
 	for name, tc := range cases {
@@ -132,6 +133,12 @@ func TestAssumedPlacements(t *testing.T) {
 				}
 				rsp, err := tc.f.RunFunction(ctx, request(t, xr, []any{cluster}, replicas))
 				cancel()
+				if c.cancelled {
+					if !errors.Is(err, context.Canceled) {
+						t.Fatalf("call %d: RunFunction(...) of a caller gone: want %v, got %v", i, context.Canceled, err)
+					}
+					continue
+				}
 				if err != nil {
 					t.Fatalf("call %d: RunFunction(...): %v", i, err)
 				}

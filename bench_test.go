@@ -7,12 +7,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"runtime"
 	"runtime/metrics"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,178 +19,32 @@ import (
 	"time"
 
 	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/internal/assume"
+	"github.com/modelplaneai/fleet-scheduler/internal/benchfleet"
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
-	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 	"github.com/modelplaneai/fleet-scheduler/sim"
 )
 
-// Shape of the benchmark fleet: 100 clusters of 8 pools of 8xH100 nodes.
-const (
-	benchClusters     = 100
-	benchPools        = 8
-	benchNodesPerPool = 32
-	benchNewReplicas  = 8
+// The benchmark fleet, shared with the load driver (cmd/fnload).
+const benchNewReplicas = benchfleet.NewReplicas
+
+var (
+	benchNow     = benchfleet.Now
+	benchFleet   = benchfleet.Fleet
+	fleetRequest = benchfleet.Request
+	mustStruct   = benchfleet.MustStruct
 )
 
-var benchNow = time.Date(2026, 10, 20, 20, 8, 0, 0, time.UTC)
-
-// vllmTemplate is the pod template of a realistic vLLM member: the engine
-// with its args, env, probes, resources and mounts, and a metrics sidecar.
-func vllmTemplate(model string, tp int64) json.RawMessage {
-	return json.RawMessage(fmt.Sprintf(`{
-"metadata":{"labels":{"app.kubernetes.io/name":"vllm","app.kubernetes.io/component":"engine","modelplane.ai/model":%[1]q},
-  "annotations":{"prometheus.io/scrape":"true","prometheus.io/port":"8000","prometheus.io/path":"/metrics"}},
-"spec":{"containers":[
-  {"name":"vllm","image":"vllm/vllm-openai:v0.11.0","command":["python3","-m","vllm.entrypoints.openai.api_server"],
-   "args":["--model","/models/%[1]s","--served-model-name",%[1]q,"--tensor-parallel-size","%[2]d","--max-model-len","32768",
-     "--gpu-memory-utilization","0.92","--port","8000","--enable-prefix-caching","--disable-log-requests","--max-num-seqs","256"],
-   "env":[{"name":"HF_HOME","value":"/models/.cache"},{"name":"VLLM_LOGGING_LEVEL","value":"INFO"},{"name":"NCCL_DEBUG","value":"WARN"},
-     {"name":"VLLM_WORKER_MULTIPROC_METHOD","value":"spawn"},{"name":"POD_IP","valueFrom":{"fieldRef":{"fieldPath":"status.podIP"}}},
-     {"name":"HF_TOKEN","valueFrom":{"secretKeyRef":{"name":"hf-token","key":"token"}}}],
-   "ports":[{"name":"http","containerPort":8000,"protocol":"TCP"}],
-   "resources":{"requests":{"cpu":"8","memory":"64Gi"},"limits":{"memory":"96Gi"}},
-   "readinessProbe":{"httpGet":{"path":"/health","port":8000},"periodSeconds":5,"failureThreshold":3},
-   "startupProbe":{"httpGet":{"path":"/health","port":8000},"periodSeconds":10,"failureThreshold":120},
-   "volumeMounts":[{"name":"models","mountPath":"/models","readOnly":true},{"name":"shm","mountPath":"/dev/shm"}]},
-  {"name":"metrics-exporter","image":"ghcr.io/modelplaneai/vllm-exporter:v0.4.2","args":["--target","http://localhost:8000/metrics","--listen",":9400"],
-   "ports":[{"name":"metrics","containerPort":9400}],"resources":{"requests":{"cpu":"100m","memory":"128Mi"},"limits":{"memory":"256Mi"}}}],
- "volumes":[{"name":"models","persistentVolumeClaim":{"claimName":"model-cache","readOnly":true}},{"name":"shm","emptyDir":{"medium":"Memory","sizeLimit":"16Gi"}}],
- "tolerations":[{"key":"nvidia.com/gpu","operator":"Exists","effect":"NoSchedule"}],
- "terminationGracePeriodSeconds":60}}`, model, tp))
-}
-
-// benchReplica is a realistic observed ModelReplica: labels, a stamped
-// device request, the vLLM pod template and status conditions. Its pods were
-// scheduled at scheduledAt.
-func benchReplica(deployment, cluster, pool string, index int, gpus int64, scheduledAt time.Time) *v1alpha1.ModelReplica {
-	model := "meta-llama-3-1-8b-instruct"
-	if gpus >= 4 {
-		model = "meta-llama-3-1-70b-instruct"
-	}
-	r := fx.Replica(deployment, cluster, index).
-		Name(compose.ReplicaName(deployment, cluster, index)).
-		Engines(v1alpha1.ReplicaEngine{Name: "main", Copies: new(int64(1)), Members: []v1alpha1.ReplicaMember{{
-			Role: v1alpha1.RoleStandalone, NodePoolName: pool, DeviceRequests: []v1alpha1.DeviceRequest{fx.Stamped(gpus)},
-			Template: vllmTemplate(model, gpus),
-		}}}).
-		Conditions(
-			v1alpha1.Condition{Type: "Synced", Status: "True", Reason: "ReconcileSuccess", LastTransitionTime: scheduledAt.Add(-time.Minute).Format(time.RFC3339)},
-			v1alpha1.Condition{Type: "PodsScheduled", Status: "True", Reason: "PodsBound", Message: "1/1 pods bound", LastTransitionTime: scheduledAt.Format(time.RFC3339)},
-			v1alpha1.Condition{Type: "Ready", Status: "True", Reason: "Available", Message: "1/1 replicas ready", LastTransitionTime: scheduledAt.Add(3 * time.Minute).Format(time.RFC3339)},
-		).Obj()
-	r.Metadata.Labels["app.kubernetes.io/part-of"] = "modelplane"
-	r.Metadata.Labels["modelplane.ai/model"] = model
-	r.Spec.ModelCacheRef = &v1alpha1.LocalRef{Name: model}
-	r.Spec.Serving = &v1alpha1.Serving{Mode: "OpenAI"}
-	return r
-}
-
-// benchCluster is a cluster of benchPools pools of 8xH100 nodes, each pool
-// freshly observed (30s ago) with a realistic spread of free GPUs.
-func benchCluster(i int) *v1alpha1.InferenceCluster {
-	var pools []v1alpha1.GPUPool
-	for p := range benchPools {
-		pools = append(pools, fx.Pool(fmt.Sprintf("h100-%d", p), benchNodesPerPool+8).
-			Devices(fx.GPU("gpu", 8, "80Gi"), fx.NIC(8)).
-			Observed(benchNow.Add(-30*time.Second), benchNodesPerPool,
-				fx.NodesFree(10, "gpu", 8), fx.NodesFree(6, "gpu", 4), fx.NodesFree(5, "gpu", 2),
-				fx.NodesFree(4, "gpu", 1), fx.NodesFree(7, "gpu", 0)).Obj())
-	}
-	c := fx.Cluster(fmt.Sprintf("cluster-%03d", i)).
-		Hostname(fmt.Sprintf("gw.cluster-%03d.inference.example.com", i)).
-		Labels(map[string]string{"region": fmt.Sprintf("region-%d", i%5), "modelplane.ai/fleet": "prod"}).
-		Pools(pools...).Obj()
-	// As the API server returns it, with a uid and a resourceVersion.
-	c.Metadata.UID = fmt.Sprintf("00000000-0000-4000-9000-%012d", i)
-	c.Metadata.ResourceVersion = strconv.Itoa(900_000 + i)
-	return c
-}
-
-// benchFleet is the benchmark fleet carrying n replicas of other
-// deployments, ten replicas each spread over ten clusters; one in a hundred
-// was scheduled after its pool's observation, and is charged.
-func benchFleet(n int) ([]*v1alpha1.InferenceCluster, []*v1alpha1.ModelReplica) {
-	clusters := make([]*v1alpha1.InferenceCluster, benchClusters)
-	for i := range clusters {
-		clusters[i] = benchCluster(i)
-	}
-	replicas := make([]*v1alpha1.ModelReplica, 0, n)
-	for i := range n {
-		d := i / 10
-		c := (d*7 + i%10) % benchClusters
-		at := benchNow.Add(-time.Duration(1+i%240) * time.Hour)
-		if i%100 == 99 {
-			at = benchNow.Add(-10 * time.Second)
-		}
-		gpus := []int64{1, 2, 4, 8}[d%4]
-		r := benchReplica(fmt.Sprintf("model-%05d", d), fmt.Sprintf("cluster-%03d", c), fmt.Sprintf("h100-%d", d%benchPools), 0, gpus, at)
-		r.Metadata.Namespace = fmt.Sprintf("team-%02d", d%7)
-		// As the API server returns it, with a uid and a resourceVersion.
-		r.Metadata.UID = fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
-		r.Metadata.ResourceVersion = strconv.Itoa(100_000 + i)
-		replicas = append(replicas, r)
-	}
-	return clusters, replicas
-}
-
 // benchDeployment wants benchNewReplicas replicas of 4 GPUs, none placed yet.
-func benchDeployment() *v1alpha1.ModelDeployment {
-	d := fx.Deployment("llama-70b-new").Replicas(benchNewReplicas).Serving("OpenAI").Cache("meta-llama-3-1-70b-instruct").
-		Labels(map[string]string{"modelplane.ai/model": "meta-llama-3-1-70b-instruct"}).Obj()
-	e := fx.Standalone("main", fx.GPURequest(4))
-	e.Members[0].Template = vllmTemplate("meta-llama-3-1-70b-instruct", 4)
-	d.Spec.Template.Spec.Engines = []v1alpha1.Engine{e}
-	return d
-}
-
-func mustStruct(obj any) *structpb.Struct {
-	b, err := json.Marshal(obj)
-	if err != nil {
-		panic(err)
-	}
-	s := &structpb.Struct{}
-	if err := protojson.Unmarshal(b, s); err != nil {
-		panic(err)
-	}
-	return s
-}
-
-// fleetRequest is the RunFunctionRequest Crossplane sends once it resolved
-// the required resources.
-func fleetRequest(xr *v1alpha1.ModelDeployment, clusters []*v1alpha1.InferenceCluster, replicas []*v1alpha1.ModelReplica, input *structpb.Struct) *fnv1.RunFunctionRequest {
-	req := &fnv1.RunFunctionRequest{
-		Meta:     &fnv1.RequestMeta{Tag: "bench"},
-		Input:    input,
-		Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: mustStruct(xr)}},
-		RequiredResources: map[string]*fnv1.Resources{
-			requiredClusters: {}, requiredReplicas: {},
-		},
-	}
-	if xr.Spec.Template.Spec.ModelCacheRef != nil {
-		req.RequiredResources[requiredCache] = &fnv1.Resources{Items: []*fnv1.Resource{{Resource: mustStruct(&v1alpha1.ModelCache{
-			TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelCache},
-			Metadata: v1alpha1.ObjectMeta{Name: xr.Spec.Template.Spec.ModelCacheRef.Name, Namespace: xr.Metadata.Namespace},
-		})}}}
-	}
-	for _, c := range clusters {
-		req.RequiredResources[requiredClusters].Items = append(req.RequiredResources[requiredClusters].Items, &fnv1.Resource{Resource: mustStruct(c)})
-	}
-	for _, r := range replicas {
-		req.RequiredResources[requiredReplicas].Items = append(req.RequiredResources[requiredReplicas].Items, &fnv1.Resource{Resource: mustStruct(r)})
-	}
-	return req
-}
+func benchDeployment() *v1alpha1.ModelDeployment { return benchfleet.Deployment("llama-70b-new") }
 
 func runOnce(req *fnv1.RunFunctionRequest, now time.Time) (*fnv1.RunFunctionResponse, error) {
 	return runOn(&Function{now: func() time.Time { return now }}, req)

@@ -78,10 +78,20 @@ func warnObservations(rsp *fnv1.RunFunctionResponse, pools []observation.PoolRep
 // warn emits each warning, sorted, so results never depend on input order.
 func warn(rsp *fnv1.RunFunctionResponse, warnings []string) {
 	sort.Strings(warnings)
-	for _, w := range warnings {
+	for i, w := range warnings {
+		if i == maxWarnings {
+			response.Warning(rsp, fmt.Errorf("%d more warnings like the ones above are not shown", len(warnings)-maxWarnings))
+			return
+		}
 		response.Warning(rsp, errors.New(w))
 	}
 }
+
+// maxWarnings bounds the warnings of one kind a response carries:
+// Crossplane makes each an event of the XR, and a fleet of a million
+// replicas that do not read would otherwise be a million warnings, in a
+// response larger than Crossplane accepts.
+const maxWarnings = 100
 
 // setPlanConditions sets ReplicasScheduled and ReplicasReady, and emits the
 // Normal event the first time replicas are placed.

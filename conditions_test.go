@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -238,5 +239,32 @@ func TestEveryPathSetsEveryCondition(t *testing.T) {
 				t.Errorf("%s\nconditions, type to reason: -want, +got:\n%s", tc.reason, diff)
 			}
 		})
+	}
+}
+
+// TestRunFunctionWarningsBounded: of many warnings of one kind, the first
+// hundred in order are given, then one that says how many more there are.
+func TestRunFunctionWarningsBounded(t *testing.T) {
+	var replicas []any
+	for i := range maxWarnings + 50 {
+		replicas = append(replicas, fx.Replica("other", "a", i).Name(fmt.Sprintf("r%03d", i)).
+			Conditions(v1alpha1.Condition{Type: "PodsScheduled", Status: "True", LastTransitionTime: "soon"}).Obj())
+	}
+	rsp := run(t, request(t, fx.Deployment("m").Obj(), []any{fx.Cluster("a").Obj()}, replicas))
+	var got []string
+	for _, r := range rsp.GetResults() {
+		if r.GetSeverity() == fnv1.Severity_SEVERITY_WARNING {
+			got = append(got, r.GetMessage())
+		}
+	}
+	if len(got) != maxWarnings+1 {
+		t.Fatalf("want %d warnings, got %d", maxWarnings+1, len(got))
+	}
+	want := []string{
+		`ModelReplica ml-team/r000: status.conditions[0].lastTransitionTime: "soon" is not an RFC 3339 time; treating its pods as not yet counted by any observation`,
+		"50 more warnings like the ones above are not shown",
+	}
+	if diff := cmp.Diff(want, []string{got[0], got[len(got)-1]}); diff != "" {
+		t.Errorf("the first and the last warnings: -want, +got:\n%s", diff)
 	}
 }

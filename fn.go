@@ -52,13 +52,30 @@ type Function struct {
 // endpoints, status and conditions. Bad input is a Fatal result, never an
 // error: Crossplane then keeps everything as it was. A request the request
 // codec decoded is used up once its server has returned: its fleet is gone.
+//
+// A call whose caller has gone (cancelled, or past its deadline) stops at
+// the next phase and returns the context's error: nobody reads its answer.
 func (f *Function) RunFunction(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
 	rsp := response.To(req, response.DefaultTTL)
 	ensureDesired(rsp)
 	if err := f.run(ctx, req, rsp); err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil, err
+		}
 		response.Fatal(rsp, err)
 	}
 	return rsp, nil
+}
+
+// gone is the context's error once the caller has gone, so that the phase
+// about to start is skipped. The scheduler itself is pure and takes no
+// context: DRA's CEL cost limit bounds every evaluation, and a pass is
+// milliseconds.
+func gone(ctx context.Context, phase string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("cannot %s: the caller has gone: %w", phase, err)
+	}
+	return nil
 }
 
 // run reads the input and the XR, asks for the fleet, and once Crossplane
@@ -81,6 +98,9 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, rsp *f
 	now := f.clock()
 	fl, err := f.fleet.Read(codec.ItemsOf(required.clusters), codec.ItemsOf(required.replicas), xr, now, opts.maxAge)
 	if err != nil {
+		return err
+	}
+	if err := gone(ctx, "answer the call"); err != nil {
 		return err
 	}
 	return f.compose(ctx, req, rsp, xr, required.cache, fl, opts, now)
@@ -139,6 +159,9 @@ func (f *Function) compose(ctx context.Context, req *fnv1.RunFunctionRequest, rs
 	}
 	warnObservations(rsp, fl.Pools, fl.Findings)
 
+	if err := gone(ctx, "schedule replicas"); err != nil {
+		return err
+	}
 	plan, err := f.schedule(ctx, scheduling.Snapshot{
 		Deployment: xr,
 		Clusters:   fl.Clusters,
@@ -159,6 +182,9 @@ func (f *Function) compose(ctx context.Context, req *fnv1.RunFunctionRequest, rs
 		return fmt.Errorf("cannot schedule replicas: %w", err)
 	}
 
+	if err := gone(ctx, "compose replicas"); err != nil {
+		return err
+	}
 	observed := req.GetObserved().GetResources()
 	composed, err := writeComposed(rsp, xr, plan, observed)
 	if err != nil {
@@ -184,6 +210,7 @@ type composedReplica struct {
 func writeComposed(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, plan *scheduling.Plan, observed map[string]*fnv1.Resource) ([]composedReplica, error) {
 	var composed []composedReplica
 	enc := compose.NewEncoder()
+	budget := responseBudget{left: maxResponseBytes}
 	for _, p := range plan.Replicas {
 		if p.AsObserved {
 			if c, ok := keepAsObserved(rsp, p, observed); ok {
@@ -196,6 +223,9 @@ func writeComposed(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, 
 			return nil, err
 		}
 		r := &fnv1.Resource{Resource: s}
+		if err := budget.spend(rsp, compose.ReplicaKey(p), r); err != nil {
+			return nil, err
+		}
 		obs, wasObserved := observed[compose.ReplicaKey(p)]
 		c := composedReplica{cluster: p.Cluster, observed: wasObserved, ready: isReady(obs)}
 		if c.ready {
@@ -211,6 +241,9 @@ func writeComposed(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, 
 			return nil, err
 		}
 		e := &fnv1.Resource{Resource: s}
+		if err := budget.spend(rsp, compose.EndpointKey(p), e); err != nil {
+			return nil, err
+		}
 		if isReady(observed[compose.EndpointKey(p)]) {
 			e.Ready = fnv1.Ready_READY_TRUE
 		}

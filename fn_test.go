@@ -262,16 +262,22 @@ var testCodec = codec.New(requiredClusters, requiredReplicas)
 // codec.
 func serve(t *testing.T, f *Function, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
 	t.Helper()
+	return serveWith(t, testCodec, f, req)
+}
+
+// serveWith serves a request as serve does, through a request codec.
+func serveWith(t *testing.T, requests *codec.Codec, f *Function, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+	t.Helper()
 	wire, err := proto.Marshal(req)
 	if err != nil {
 		t.Fatalf("proto.Marshal(...): %v", err)
 	}
 	// Through the codec, as the server decodes it: into a recycled copy.
 	served := &fnv1.RunFunctionRequest{}
-	if err := testCodec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, served); err != nil {
+	if err := requests.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, served); err != nil {
 		t.Fatalf("Unmarshal(...): %v", err)
 	}
-	rsp, err := testCodec.Server(f).RunFunction(context.Background(), served)
+	rsp, err := requests.Server(f).RunFunction(context.Background(), served)
 	if err != nil {
 		t.Fatalf("RunFunction(...): %v", err)
 	}
@@ -484,6 +490,96 @@ func TestRunFunctionUnreadableObjects(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want.placed, placed, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("%s\nreplicas composed anew: -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+// TestRunFunctionCallerGone: a call whose caller has gone stops its work
+// and returns the context's error, which gRPC sends as its status code.
+func TestRunFunctionCallerGone(t *testing.T) {
+	xr := fx.Deployment("qwen3-8b").Obj()
+	req := request(t, xr, []any{fx.Cluster("a").Obj()}, nil)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancelExpired := context.WithDeadline(context.Background(), now)
+	defer cancelExpired()
+	cases := map[string]struct {
+		reason string
+		ctx    context.Context
+		want   error
+	}{
+		"Cancelled": {
+			reason: "Crossplane gave the call up: nothing is scheduled or composed.",
+			ctx:    cancelled,
+			want:   context.Canceled,
+		},
+		"PastDeadline": {
+			reason: "The call's deadline has passed: nothing is scheduled or composed.",
+			ctx:    expired,
+			want:   context.DeadlineExceeded,
+		},
+		"Live": {
+			reason: "A caller still waiting gets its answer.",
+			ctx:    context.Background(),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }}
+			rsp, err := f.RunFunction(tc.ctx, proto.CloneOf(req))
+			if diff := cmp.Diff(tc.want, err, cmpopts.EquateErrors()); diff != "" {
+				t.Errorf("%s\nRunFunction(...): -want error, +got:\n%s", tc.reason, diff)
+			}
+			if got, want := composedReplicas(rsp), 1; tc.want == nil && got != want {
+				t.Errorf("%s\nRunFunction(...): composed %d replicas, want %d", tc.reason, got, want)
+			}
+			if tc.want != nil && rsp != nil {
+				t.Errorf("%s\nRunFunction(...): want no response, got %v", tc.reason, rsp)
+			}
+		})
+	}
+}
+
+// TestRunFunctionResponseBudget: a response larger than Crossplane accepts
+// is not composed whole: a Fatal result that says so, and nothing desired.
+// One just under the limit is composed.
+func TestRunFunctionResponseBudget(t *testing.T) {
+	// Labels are copied into every replica: 600 KB of them, in 8 replicas,
+	// are more than 4 MiB; in 6 they are less.
+	labels := map[string]string{"blob": strings.Repeat("x", 600_000)}
+	clusters := []any{fx.Cluster("a").Pools(fx.Pool("default", 8).Devices(fx.GPU("gpu", 1, "141Gi")).Obj()).Obj()}
+	cases := map[string]struct {
+		reason   string
+		replicas int64
+		fatal    string
+		composed int
+	}{
+		"OverTheLimit": {
+			reason:   "Eight replicas of 600 KB of labels each are over 4 MiB: Fatal at the seventh, and nothing desired.",
+			replicas: 8,
+			fatal:    "cannot compose replica-a-6: the response would be over the 4 MiB Crossplane accepts from a function (4205341 bytes composed so far)",
+		},
+		"UnderTheLimit": {
+			reason:   "Six are under it, and composed.",
+			replicas: 6,
+			composed: 6,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rsp := run(t, request(t, fx.Deployment("m").Replicas(tc.replicas).Labels(labels).Obj(), clusters, nil))
+			fatal := ""
+			for _, r := range rsp.GetResults() {
+				if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
+					fatal = r.GetMessage()
+				}
+			}
+			if diff := cmp.Diff(tc.fatal, fatal); diff != "" {
+				t.Errorf("%s\nRunFunction(...) Fatal result: -want, +got:\n%s", tc.reason, diff)
+			}
+			if got := composedReplicas(rsp); got != tc.composed {
+				t.Errorf("%s\nRunFunction(...): %d replicas composed, want %d", tc.reason, got, tc.composed)
 			}
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/crossplane/function-sdk-go"
+	"github.com/crossplane/function-sdk-go/logging"
 
 	"github.com/modelplaneai/fleet-scheduler/internal/assume"
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
@@ -22,18 +23,24 @@ import (
 // spare; see the README's Message size section.
 const defaultMaxRecvMessageSizeMB = 64
 
+// defaultMaxConcurrentStreams is how many calls a connection may have in
+// flight: at 10,000 ModelReplicas each holds about 140 MiB at its peak,
+// and two cores are busy with two or three (docs/production.md, Memory).
+const defaultMaxConcurrentStreams = 4
+
 // CLI of this function: the Crossplane function template's flags.
 type CLI struct {
 	Debug bool `help:"Emit debug logs in addition to info logs." short:"d"`
 
-	Network             string        `default:"tcp"                                                                                        help:"Network on which to listen for gRPC connections."`
-	Address             string        `default:":9443"                                                                                      help:"Address at which to listen for gRPC connections."`
-	TLSCertsDir         string        `env:"TLS_SERVER_CERTS_DIR"                                                                           help:"Directory containing server certs (tls.key, tls.crt) and the CA used to verify client certificates (ca.crt)."                                                                                          name:"tls-server-certs-dir"`
-	Insecure            bool          `help:"Run without mTLS credentials. If you supply this flag --tls-server-certs-dir will be ignored."`
-	MaxRecvMessageSize  int           `default:"${max_recv_message_size}"                                                                   help:"Maximum size of received messages in MB; the default holds a request carrying 10,000 ModelReplicas."`
-	MetricsAddress      string        `default:":8080"                                                                                      help:"Address at which to serve Prometheus metrics; empty serves none."`
-	AssumedPlacementTTL time.Duration `default:"2m"                                                                                         help:"How long to charge, to other deployments' calls, a replica this server composed that the fleet does not show yet (CONTRACT 4.6); 0 assumes nothing."`
-	ObjectCache         bool          `default:"true"                                                                                       help:"Keep what was read of each InferenceCluster and ModelReplica between calls, by uid and resourceVersion. Turn it off (--no-object-cache) when rendering fixtures edited without a new resourceVersion." negatable:""`
+	Network              string        `default:"tcp"                                                                                        help:"Network on which to listen for gRPC connections."`
+	Address              string        `default:":9443"                                                                                      help:"Address at which to listen for gRPC connections."`
+	TLSCertsDir          string        `env:"TLS_SERVER_CERTS_DIR"                                                                           help:"Directory containing server certs (tls.key, tls.crt) and the CA used to verify client certificates (ca.crt)."                                                                                                           name:"tls-server-certs-dir"`
+	Insecure             bool          `help:"Run without mTLS credentials. If you supply this flag --tls-server-certs-dir will be ignored."`
+	MaxRecvMessageSize   int           `default:"${max_recv_message_size}"                                                                   help:"Maximum size of received messages in MB; the default holds a request carrying 10,000 ModelReplicas."`
+	MetricsAddress       string        `default:":8080"                                                                                      help:"Address at which to serve Prometheus metrics; empty serves none."`
+	MaxConcurrentStreams uint32        `default:"${max_concurrent_streams}"                                                                  help:"Most calls in flight on each client connection (HTTP/2 streams; Crossplane holds one connection per function pod). Calls over it wait in the client, up to their deadline, before sending their request. 0 for no cap."`
+	AssumedPlacementTTL  time.Duration `default:"2m"                                                                                         help:"How long to charge, to other deployments' calls, a replica this server composed that the fleet does not show yet (CONTRACT 4.6); 0 assumes nothing."`
+	ObjectCache          bool          `default:"true"                                                                                       help:"Keep what was read of each InferenceCluster and ModelReplica between calls, by uid and resourceVersion. Turn it off (--no-object-cache) when rendering fixtures edited without a new resourceVersion."                  negatable:""`
 }
 
 // Run this function.
@@ -43,28 +50,41 @@ func (c *CLI) Run() error {
 		return err
 	}
 
-	// The request codec leaves the fleet on the wire for the fleet reader,
-	// and takes each request's buffer back once its call is done.
-	requests := codec.New(requiredClusters, requiredReplicas)
-	requests.Register()
-	fn := &Function{log: log, selectors: scheduling.NewSelectors()}
-	if c.AssumedPlacementTTL > 0 {
-		fn.assumed = assume.New(c.AssumedPlacementTTL)
-	}
-	if c.ObjectCache {
-		fn.fleet = fleet.NewReader()
-	}
-	return function.Serve(requests.Server(fn),
+	so, err := serveOptions(
 		function.Listen(c.Network, c.Address),
 		function.MTLSCertificates(c.TLSCertsDir),
 		function.Insecure(c.Insecure),
 		function.MaxRecvMessageSize(c.MaxRecvMessageSize*1024*1024),
 		function.WithMetricsServer(c.MetricsAddress))
+	if err != nil {
+		return err
+	}
+	// The request codec leaves the fleet on the wire for the fleet reader,
+	// and takes each request's buffer back once its call is done.
+	requests := codec.New(requiredClusters, requiredReplicas)
+	return listenAndServe(log, so, newServer(so, requests, newFunction(log, c.ObjectCache, c.AssumedPlacementTTL), c.MaxConcurrentStreams))
+}
+
+// newFunction is the function as a server starts it: its caches empty (none
+// with objectCache false), and no placement assumed yet (none ever with a
+// zero assumedTTL).
+func newFunction(log logging.Logger, objectCache bool, assumedTTL time.Duration) *Function {
+	fn := &Function{log: log, selectors: scheduling.NewSelectors()}
+	if assumedTTL > 0 {
+		fn.assumed = assume.New(assumedTTL)
+	}
+	if objectCache {
+		fn.fleet = fleet.NewReader()
+	}
+	return fn
 }
 
 func main() {
 	ctx := kong.Parse(&CLI{},
 		kong.Description("A Crossplane function that places ModelDeployment replicas on a GPU fleet."),
-		kong.Vars{"max_recv_message_size": strconv.Itoa(defaultMaxRecvMessageSizeMB)})
+		kong.Vars{
+			"max_recv_message_size":  strconv.Itoa(defaultMaxRecvMessageSizeMB),
+			"max_concurrent_streams": strconv.Itoa(defaultMaxConcurrentStreams),
+		})
 	ctx.FatalIfErrorf(ctx.Run())
 }

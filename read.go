@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -79,6 +80,9 @@ func readInput(req *fnv1.RunFunctionRequest) (options, error) {
 // readXR reads the observed ModelDeployment and refuses what the scheduler
 // cannot work with.
 func readXR(req *fnv1.RunFunctionRequest) (*v1alpha1.ModelDeployment, error) {
+	if n := proto.Size(req.GetObserved().GetComposite().GetResource()); n > maxXRBytes {
+		return nil, fmt.Errorf("cannot read ModelDeployment: it is %d bytes, more than the %d MiB of any the API server stores", n, maxXRBytes>>20)
+	}
 	xr, err := decodeStruct[v1alpha1.ModelDeployment](req.GetObserved().GetComposite().GetResource(), "ModelDeployment")
 	if err != nil {
 		return nil, err
@@ -86,9 +90,27 @@ func readXR(req *fnv1.RunFunctionRequest) (*v1alpha1.ModelDeployment, error) {
 	return xr, validateXR(xr)
 }
 
+// maxXRBytes bounds the XR read. The API server takes at most 3 MiB of
+// JSON of an object (MaxRequestBodyBytes, k8s.io/apiserver/pkg/server/
+// config.go, which has no flag), and a Struct of strings is about the size
+// of their JSON. Decoding one costs in proportion: an XR of a million
+// labels, 17 MB, took 8 s to read, and its labels, copied into every
+// replica, made a response Crossplane would refuse.
+const maxXRBytes = 8 << 20
+
+// maxReplicas is more replicas than a response Crossplane accepts can
+// compose: a ModelReplica is at least 256 bytes (its name, labels, cluster
+// and one engine's pin). Scheduling a million took 6 s before composing
+// the first.
+const maxReplicas = maxResponseBytes / 256
+
 // validateXR refuses what the XRD would and the scheduler cannot work with:
 // engines are known by name, so two of one name are an error.
 func validateXR(xr *v1alpha1.ModelDeployment) error {
+	if n := xr.Spec.Replicas; n > maxReplicas {
+		err := field.Invalid(field.NewPath("spec", "replicas"), n, fmt.Sprintf("must be at most %d: no response Crossplane accepts (%d MiB) holds more ModelReplicas", maxReplicas, maxResponseBytes>>20))
+		return fmt.Errorf("invalid ModelDeployment: %w", err)
+	}
 	seen := map[string]bool{}
 	for i, e := range xr.Spec.Template.Spec.Engines {
 		if seen[e.Name] {

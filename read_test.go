@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -92,6 +94,10 @@ func TestRunFunctionFatal(t *testing.T) {
 	}
 	badXR := toStruct(t, xr)
 	badXR.Fields["spec"].GetStructValue().Fields["replicas"] = structpb.NewStringValue("three")
+	hugeXR := toStruct(t, xr)
+	hugeXR.Fields["metadata"].GetStructValue().Fields["annotations"] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+		"blob": structpb.NewStringValue(strings.Repeat("x", maxXRBytes)),
+	}})
 
 	cases := map[string]struct {
 		reason string
@@ -153,6 +159,16 @@ func TestRunFunctionFatal(t *testing.T) {
 			req: request(t, fx.Deployment("m").Engines(fx.Standalone("main", fx.GPURequest(1)), fx.Gang("main", 1, fx.GPURequest(1))).Obj(),
 				[]any{fx.Cluster("a").Obj()}, nil),
 			want: `invalid ModelDeployment: spec.template.spec.engines[1].name: Duplicate value: "main"`,
+		},
+		"TooManyReplicas": {
+			reason: "More replicas than any response Crossplane accepts can compose are refused before they are scheduled.",
+			req:    request(t, fx.Deployment("m").Replicas(maxReplicas+1).Obj(), []any{fx.Cluster("a").Obj()}, nil),
+			want:   "invalid ModelDeployment: spec.replicas: Invalid value: 16385: must be at most 16384: no response Crossplane accepts (4 MiB) holds more ModelReplicas",
+		},
+		"XRLargerThanTheAPIServerStores": {
+			reason: "An XR larger than any object the API server stores is refused before it is decoded.",
+			req:    &fnv1.RunFunctionRequest{Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: hugeXR}}},
+			want:   fmt.Sprintf("cannot read ModelDeployment: it is %d bytes, more than the 8 MiB of any the API server stores", proto.Size(hugeXR)),
 		},
 		"MissingXR": {
 			reason: "A request without an observed XR is Fatal, not a panic.",

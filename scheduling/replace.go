@@ -138,7 +138,7 @@ func (s *pass) replace(asObserved []Placement, kept []keptReplica) ([]keptReplic
 			Engines: res.engines, Name: k.Name, Replacement: &memory, Moved: true,
 		}
 		if best.name != k.Cluster {
-			move.Index = lowestFreeIndex(used[best.name])
+			move.Index = lowestFreeIndex(used[best.name], 0)
 			move.New, move.Name = true, ""
 		}
 		moves = append(moves, Move{

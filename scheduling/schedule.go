@@ -327,6 +327,10 @@ func (s *pass) scaleDown(kept []keptReplica, wanted int) []keptReplica {
 // another, and says why for each.
 func (s *pass) fill(kept []Placement, n int) ([]Placement, *Shortfall) {
 	load, used := loadOf(kept)
+	// No index below from[cluster] is free there: fill only takes indexes,
+	// so each search starts where the last ended, not at 0 (a deployment of
+	// a million replicas searched 5e11 indexes).
+	from := map[string]int{}
 	var placed []Placement
 	for range n {
 		best, res, verdicts := s.chooseCluster(load)
@@ -336,8 +340,9 @@ func (s *pass) fill(kept []Placement, n int) ([]Placement, *Shortfall) {
 		if used[best.name] == nil {
 			used[best.name] = map[int]bool{}
 		}
-		index := lowestFreeIndex(used[best.name])
+		index := lowestFreeIndex(used[best.name], from[best.name])
 		used[best.name][index] = true
+		from[best.name] = index + 1
 		load[best.name]++
 		placed = append(placed, Placement{
 			Cluster:       best.name,
@@ -405,9 +410,10 @@ func loadOf(placements []Placement) (map[string]int, map[string]map[int]bool) {
 // same the first by name wins, the order fill tries them in.
 func fillScore(load map[string]int, cl *cluster) int { return -load[cl.name] }
 
-// lowestFreeIndex is the lowest replica index not in use on a cluster.
-func lowestFreeIndex(used map[int]bool) int {
-	index := 0
+// lowestFreeIndex is the lowest replica index not in use on a cluster, of
+// those from on.
+func lowestFreeIndex(used map[int]bool, from int) int {
+	index := from
 	for used[index] {
 		index++
 	}

@@ -397,3 +397,24 @@ func TestParseIndex(t *testing.T) {
 		})
 	}
 }
+
+func TestLowestFreeIndex(t *testing.T) {
+	used := map[int]bool{0: true, 1: true, 3: true}
+	cases := map[string]struct {
+		reason string
+		from   int
+		want   int
+	}{
+		"FromZero":      {reason: "The lowest index not in use.", from: 0, want: 2},
+		"FromAFreeOne":  {reason: "A search from a free index ends there.", from: 2, want: 2},
+		"FromAUsedOne":  {reason: "A search from an index in use goes past it.", from: 3, want: 4},
+		"PastEveryUsed": {reason: "Past every index in use, the first one searched.", from: 7, want: 7},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := lowestFreeIndex(used, tc.from); got != tc.want {
+				t.Errorf("%s\nlowestFreeIndex(%v, %d): want %d, got %d", tc.reason, used, tc.from, tc.want, got)
+			}
+		})
+	}
+}

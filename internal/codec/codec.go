@@ -56,13 +56,6 @@ func New(undecoded ...string) *Codec {
 	}
 }
 
-// Register makes the codec every gRPC server's "proto" codec, the one gRPC
-// picks for a request that names no other; function.Serve has no option to
-// set a codec. Every message but a RunFunctionRequest is left to gRPC's own.
-func (c *Codec) Register() {
-	encoding.RegisterCodecV2(c)
-}
-
 // Unmarshal decodes a RunFunctionRequest into a buffer it lends the request;
 // anything else as gRPC's proto codec does.
 func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {

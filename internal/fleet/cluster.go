@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"fmt"
 	"math"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -92,10 +93,21 @@ func (r *structReader) pool(v wire.Value) v1alpha1.GPUPool {
 	return p
 }
 
+// maxDeviceBytes bounds a device as published: a DRA device has at most 32
+// attributes and capacities (ResourceSliceMaxAttributesAndCapacitiesPerDevice),
+// names and values of at most a few hundred bytes, so a few KiB. A larger
+// one is no device of a ResourceSlice, and reading it (sorting its
+// entries, converting them for CEL) would cost in proportion.
+const maxDeviceBytes = 64 << 10
+
 // device reads a pool's device. Fleets publish the same few devices on
 // hundreds of pools: a device equal to one read before (canonically, as
 // map order on the wire may differ) is that one, maps and all, shared.
 func (r *structReader) device(v wire.Value) v1alpha1.Device {
+	if len(v.Raw) > maxDeviceBytes {
+		r.malformed("", fmt.Errorf("%d bytes, more than the %d a device of at most 32 attributes and capacities can be", len(v.Raw), maxDeviceBytes))
+		return v1alpha1.Device{}
+	}
 	if v.Kind == wire.KindStruct {
 		key, err := r.canonical(r.keyBuf[:0], v, 0)
 		r.keyBuf = key

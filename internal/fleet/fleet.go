@@ -127,7 +127,14 @@ func (r *Reader) Read(clusters, replicas Items, xr *v1alpha1.ModelDeployment, no
 	if err != nil {
 		return nil, err
 	}
-	entries, err := r.readReplicas(&sr, replicas, xr, out)
+	names := make(map[string]bool, len(read)+len(unreadable))
+	for _, c := range read {
+		names[c.Object().Metadata.Name] = true
+	}
+	for _, c := range unreadable {
+		names[c.Object.Metadata.Name] = true
+	}
+	entries, err := r.readReplicas(&sr, replicas, xr, names, out)
 	if err != nil {
 		return nil, err
 	}
@@ -183,8 +190,11 @@ func (r *Reader) readClusters(sr *structReader, items Items, fl *Fleet) ([]*obse
 
 // readReplicas reads the fleet's ModelReplicas as they come off the wire.
 // The deployment's own are kept whatever their cluster's reports say, so
-// their engines are read now.
-func (r *Reader) readReplicas(sr *structReader, items Items, xr *v1alpha1.ModelDeployment, fl *Fleet) ([]entry, error) {
+// their engines are read now. Another deployment's replica on none of the
+// clusters can be charged nowhere, and is left out as it is read: a fleet
+// can carry a million of them (scheduling.Schedule would leave them out
+// too, once it had held them all).
+func (r *Reader) readReplicas(sr *structReader, items Items, xr *v1alpha1.ModelDeployment, clusters map[string]bool, fl *Fleet) ([]entry, error) {
 	cache := r.replicaCache()
 	call := cache.begin()
 	var entries []entry
@@ -199,6 +209,9 @@ func (r *Reader) readReplicas(sr *structReader, items Items, xr *v1alpha1.ModelD
 		observed, spec, err := sr.readReplica(item, cache, call)
 		var e entry
 		if err == nil {
+			if !observed.ours(xr) && !clusters[observed.cluster] {
+				continue
+			}
 			e = entry{observed: observed, replica: observed.replica, spec: spec}
 			if observed.ours(xr) {
 				e.replica.Object, err = sr.withPins(e.replica.Object, spec)

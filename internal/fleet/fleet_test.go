@@ -174,6 +174,15 @@ func TestRead(t *testing.T) {
 			replicas: []any{unsettled},
 			want:     want{replicas: []string{unsettled.Metadata.Name}, unreadableClusters: []string{"b: status.conditions[0].status: cannot use a boolean as a string"}, warnings: 1},
 		},
+		"OnNoClusterLeftOut": {
+			reason:   "Another deployment's replica on none of the clusters charges nothing anywhere: left out as it is read, and its finding with it. The deployment's own is kept.",
+			clusters: []any{observed},
+			replicas: []any{
+				fx.Replica("other", "gone", 0).Conditions(v1alpha1.Condition{Type: "PodsScheduled", Status: "True", LastTransitionTime: "soon"}).Obj(),
+				fx.Replica("m", "gone", 1).Obj(),
+			},
+			want: want{replicas: []string{fx.Replica("m", "gone", 1).Obj().Metadata.Name}},
+		},
 		"GarbageObjectWarned": {
 			reason: "An item that is not a Struct at all is a replica of no name, cluster or deployment: warned of, and charged nowhere.",
 			want:   want{replicas: []string{""}, unreadable: []string{""}, warnings: 1},

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/internal/wire"
@@ -67,8 +68,14 @@ func (r *structReader) leave() { r.path = r.path[:len(r.path)-1] }
 func (r *structReader) where(leaf string) string {
 	var b strings.Builder
 	// A step without a key is an element a list step already named, or
-	// one of a list of lists.
-	for _, s := range r.path {
+	// one of a list of lists. Of a path 10,000 deep, the middle is elided.
+	for i, s := range r.path {
+		if skipped := len(r.path) - 2*pathEnds; skipped > 0 && i >= pathEnds && i < len(r.path)-pathEnds {
+			if i == pathEnds {
+				fmt.Fprintf(&b, ".(%d more)", skipped)
+			}
+			continue
+		}
 		if s.key != "" {
 			if b.Len() > 0 {
 				b.WriteByte('.')
@@ -87,6 +94,10 @@ func (r *structReader) where(leaf string) string {
 	}
 	return b.String()
 }
+
+// pathEnds is how many steps of a long path's start and end where spells
+// out.
+const pathEnds = 12
 
 func (r *structReader) fail(leaf, want string, v wire.Value) {
 	if r.err == nil {
@@ -135,12 +146,30 @@ func (r *structReader) str(v wire.Value, key string) string {
 		r.fail(key, "a string", v)
 		return ""
 	}
+	if s, ok := r.interned[string(v.Raw)]; ok {
+		return s
+	}
+	if !utf8.Valid(v.Raw) {
+		r.malformed(key, errNotUTF8)
+		return ""
+	}
 	return r.intern(v.Raw)
 }
 
+// errNotUTF8 is a string protobuf refuses to decode, and so to encode into
+// a response: the fleet's items are not decoded by protobuf, so the reader
+// refuses it in its place.
+var errNotUTF8 = errors.New("invalid UTF-8")
+
+// intern returns b as a string, allocated once; a key that is not UTF-8
+// is an error of the object being read.
 func (r *structReader) intern(b []byte) string {
 	if s, ok := r.interned[string(b)]; ok {
 		return s
+	}
+	if !utf8.Valid(b) {
+		r.malformed("", errNotUTF8)
+		return ""
 	}
 	s := string(b)
 	if r.interned == nil {
@@ -157,6 +186,10 @@ func (r *structReader) internAny(b []byte) any {
 	if a, ok := r.boxed[string(b)]; ok {
 		return a
 	}
+	if !utf8.Valid(b) {
+		r.malformed("", errNotUTF8)
+		return ""
+	}
 	var a any = string(b)
 	if r.boxed == nil {
 		r.boxed = map[string]any{}
@@ -171,6 +204,10 @@ func (r *structReader) internAny(b []byte) any {
 func (r *structReader) unique(v wire.Value, key string) string {
 	if v.Kind != wire.KindString {
 		return r.str(v, key)
+	}
+	if !utf8.Valid(v.Raw) {
+		r.malformed(key, errNotUTF8)
+		return ""
 	}
 	return string(v.Raw)
 }
@@ -216,6 +253,8 @@ func (r *structReader) decoded(v wire.Value, key string) any {
 	case wire.KindBool:
 		return v.Num != 0
 	case wire.KindStruct:
+		// What is decoded is copied out: the entries are given back after.
+		defer r.Release(r.Mark())
 		entries, err := r.EntriesOf(r.object(v, key))
 		if err != nil {
 			r.malformed(key, err)
@@ -229,6 +268,7 @@ func (r *structReader) decoded(v wire.Value, key string) any {
 		r.leave()
 		return out
 	case wire.KindList:
+		defer r.Release(r.Mark())
 		l := r.list(v, key)
 		out := make([]any, len(l))
 		for i, e := range l {

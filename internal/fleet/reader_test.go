@@ -86,6 +86,16 @@ func TestReadErrors(t *testing.T) {
 				return err
 			},
 		},
+		"ClusterDeviceTooLarge": {
+			reason: "A device larger than a DRA device can be is refused by its size, before its entries are read.",
+			read: func() error {
+				d := wiretest.StructOf(t, fx.GPU("gpu", 8, "80Gi"))
+				d.Fields["attributes"].GetStructValue().Fields["blob"] = structpb.NewStructValue(wiretest.StructOf(t, map[string]any{"string": strings.Repeat("x", maxDeviceBytes)}))
+				_, err := readClusterStruct(set(fx.Cluster("a").Obj(), []string{"status", "gpuPools"}, pools(structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewStructValue(d)}}))))
+				return err
+			},
+			want: "status.gpuPools[0].devices[0]: 65809 bytes, more than the 65536 a device of at most 32 attributes and capacities can be",
+		},
 		"ClusterDevicesNumber": {
 			reason: "A pool's devices that are not a list are refused.",
 			read: func() error {
@@ -380,6 +390,80 @@ func TestWireMergesRepeatedMessagesAsProtobuf(t *testing.T) {
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("%s\nread: protobuf's -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+// TestWhereElidesTheMiddle: the path of a value nested thousands deep is
+// spelled out by its two ends, so that a warning stays a line.
+func TestWhereElidesTheMiddle(t *testing.T) {
+	var r structReader
+	r.enter("status", notAnElement)
+	r.enter("gpuPools", 0)
+	for range 30 {
+		r.enter("a", notAnElement)
+	}
+	want := "status.gpuPools[0].a.a.a.a.a.a.a.a.a.a.(8 more).a.a.a.a.a.a.a.a.a.a.a.a.leaf"
+	if got := r.where("leaf"); got != want {
+		t.Errorf("where(leaf) of a path 32 deep:\nwant %s\ngot  %s", want, got)
+	}
+}
+
+// TestReadRefusesInvalidUTF8: protobuf refuses a string that is not UTF-8,
+// decoding a request and encoding a response; the reader, which reads the
+// fleet in protobuf's place, refuses it too, so that none reaches a
+// response (found by FuzzRunFunction: the response did not marshal).
+func TestReadRefusesInvalidUTF8(t *testing.T) {
+	str := func(s string) []byte { return wiretest.BytesField(3, []byte(s)) }
+	obj := func(entries ...[]byte) []byte { return wiretest.BytesField(5, wiretest.Cat(entries...)) }
+	list := func(values ...[]byte) []byte {
+		var l []byte
+		for _, v := range values {
+			l = append(l, wiretest.BytesField(1, v)...)
+		}
+		return wiretest.BytesField(6, l)
+	}
+	e := wiretest.StructEntry
+	cases := map[string]struct {
+		reason string
+		read   func(b []byte) error
+		object []byte
+		want   string
+	}{
+		"ClusterName": {
+			reason: "A name, read as a shared string.",
+			read:   func(b []byte) error { var r structReader; _, err := readClusterWire(&r, b); return err },
+			object: e("metadata", obj(e("name", str("a\xff")))),
+			want:   "metadata.name: invalid UTF-8",
+		},
+		"ReplicaName": {
+			reason: "A replica's name, read as a string of its own.",
+			read:   func(b []byte) error { var r structReader; _, err := readReplicaWire(&r, b); return err },
+			object: e("metadata", obj(e("name", str("r\xff")))),
+			want:   "metadata.name: invalid UTF-8",
+		},
+		"PlacementLabelKey": {
+			reason: "A label's key, copied into every replica composed on the cluster.",
+			read:   func(b []byte) error { var r structReader; _, err := readClusterWire(&r, b); return err },
+			object: e("spec", obj(e("placement", obj(e("metadata", obj(e("labels", obj(e("k\xff", str("v")))))))))),
+			want:   "spec.placement.metadata.labels: invalid UTF-8",
+		},
+		"ReportString": {
+			reason: "A string of an agent's report, decoded as JSON.",
+			read:   func(b []byte) error { var r structReader; _, err := readClusterWire(&r, b); return err },
+			object: e("status", obj(e("gpuPools", list(obj(e("name", str("p")), e("observedAt", str("2026\xff"))))))),
+			want:   "status.gpuPools[0]: invalid UTF-8",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := ""
+			if err := tc.read(tc.object); err != nil {
+				got = err.Error()
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("%s\nerror: -want, +got:\n%s", tc.reason, diff)
 			}
 		})
 	}

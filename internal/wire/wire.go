@@ -261,6 +261,22 @@ func (w *Reader) Reset() {
 	w.entries = w.entries[:0]
 }
 
+// Mark is how much of a Reader's buffers is in use.
+type Mark struct{ values, entries int }
+
+// Mark returns how much of the reader's buffers is in use, for Release.
+func (w *Reader) Mark() Mark { return Mark{values: len(w.values), entries: len(w.entries)} }
+
+// Release drops what was parsed since m; the lists and entries returned
+// since must no longer be used. A caller that walks a large object once
+// releases each nested object's entries once it is done with them, so
+// that the buffers hold one path through the object, not all of it: a
+// cluster's histograms alone can be a million entries.
+func (w *Reader) Release(m Mark) {
+	w.values = w.values[:min(m.values, len(w.values))]
+	w.entries = w.entries[:min(m.entries, len(w.entries))]
+}
+
 // nextEntry reads the next field of a Struct: ok when it is an entry.
 func nextEntry(b []byte) (e Entry, ok bool, rest []byte, err error) {
 	if key, val, rest, ok := shortEntry(b); ok {

@@ -478,3 +478,33 @@ func TestPiecesAmortized(t *testing.T) {
 		t.Errorf("parseValue of %d pieces: %.0f allocations, want at most 40", n, allocs)
 	}
 }
+
+// TestReaderRelease: what was parsed before a mark stays as it was, and
+// what was parsed since is given back, so that walking a large object's
+// nested objects one by one holds one of them at a time.
+func TestReaderRelease(t *testing.T) {
+	outer := Object(wiretest.Cat(wiretest.StructEntry("a", nil), wiretest.StructEntry("b", nil)))
+	inner := Object(wiretest.Cat(wiretest.StructEntry("x", nil), wiretest.StructEntry("y", nil), wiretest.StructEntry("z", nil)))
+	var w Reader
+	kept, err := w.EntriesOf(outer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		m := w.Mark()
+		if _, err := w.EntriesOf(inner); err != nil {
+			t.Fatal(err)
+		}
+		w.Release(m)
+	}
+	if got := len(w.entries); got != len(kept) {
+		t.Errorf("after 100 nested objects parsed and released: %d entries held, want the outer object's %d", got, len(kept))
+	}
+	var keys []string
+	for _, e := range kept {
+		keys = append(keys, string(e.Key))
+	}
+	if diff := cmp.Diff([]string{"a", "b"}, keys); diff != "" {
+		t.Errorf("the entries parsed before the mark: -want, +got:\n%s", diff)
+	}
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	grpcprometheus "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/crossplane/function-sdk-go"
+	"github.com/crossplane/function-sdk-go/logging"
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/crossplane/function-sdk-go/proto/v1beta1"
+
+	"github.com/modelplaneai/fleet-scheduler/internal/codec"
+)
+
+// The function is served as function.Serve (function-sdk-go v0.7.1) serves
+// it, which takes no gRPC server options, plus two: the request codec, for
+// this server only, and a cap on the calls in flight on each connection.
+// gRPC reads a whole request before the handler runs, so a cap inside the
+// handler would bound nothing: at 10,000 ModelReplicas each request is
+// 37 MiB, and 100 of them at once (Crossplane's default reconcile
+// concurrency) took the server to 14 GiB. The cap is HTTP/2's stream quota
+// (SETTINGS_MAX_CONCURRENT_STREAMS): a gRPC client does not open a stream
+// over it, and waits for one to close, up to its call's deadline, before
+// sending a byte, so a burst queues in the client instead of arriving.
+
+// serveOptions are function.Serve's defaults with opts applied, so that
+// every ServeOption of the SDK (Listen, MTLSCertificates, Insecure,
+// MaxRecvMessageSize, WithMetricsServer, ...) means here what it means
+// there.
+func serveOptions(opts ...function.ServeOption) (*function.ServeOptions, error) {
+	registry, ok := prometheus.DefaultRegisterer.(*prometheus.Registry)
+	if !ok {
+		return nil, errors.New("cannot serve metrics: the default Prometheus registerer is not a registry")
+	}
+	so := &function.ServeOptions{
+		Network:         function.DefaultNetwork,
+		Address:         function.DefaultAddress,
+		MaxRecvMsgSize:  function.DefaultMaxRecvMsgSize,
+		MetricsAddress:  function.DefaultMetricsAddress,
+		MetricsRegistry: registry,
+	}
+	for _, o := range opts {
+		if err := o(so); err != nil {
+			return nil, fmt.Errorf("cannot apply ServeOption: %w", err)
+		}
+	}
+	if so.Credentials == nil {
+		return nil, errors.New("no credentials provided - did you specify the Insecure or MTLSCertificates options?")
+	}
+	return so, nil
+}
+
+// newServer is the gRPC server function.Serve builds, with the request
+// codec and at most streams calls in flight per connection (0: no cap),
+// its Prometheus metrics registered when so asks for them.
+func newServer(so *function.ServeOptions, requests *codec.Codec, fn fnv1.FunctionRunnerServiceServer, streams uint32) *grpc.Server {
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(so.MaxRecvMsgSize),
+		grpc.Creds(so.Credentials),
+		grpc.ForceServerCodecV2(requests),
+		grpc.MaxConcurrentStreams(streams),
+	}
+	var metrics *grpcprometheus.ServerMetrics
+	if so.MetricsAddress != "" {
+		metrics = grpcprometheus.NewServerMetrics(so.MetricsServerOpts...)
+		interceptors := append([]grpc.UnaryServerInterceptor{metrics.UnaryServerInterceptor()}, so.UnaryInterceptors...)
+		opts = append(opts, grpc.ChainUnaryInterceptor(interceptors...))
+		so.MetricsRegistry.MustRegister(metrics)
+	}
+	srv := grpc.NewServer(opts...)
+	reflection.Register(srv)
+	served := requests.Server(fn)
+	fnv1.RegisterFunctionRunnerServiceServer(srv, served)
+	v1beta1.RegisterFunctionRunnerServiceServer(srv, function.ServeBeta(served))
+	if so.HealthServer != nil {
+		healthgrpc.RegisterHealthServer(srv, so.HealthServer)
+	}
+	if metrics != nil {
+		metrics.InitializeMetrics(srv)
+	}
+	return srv
+}
+
+// listenAndServe listens where so says, serves srv there and the Prometheus metrics
+// at so.MetricsAddress, and blocks until the gRPC server stops.
+func listenAndServe(log logging.Logger, so *function.ServeOptions, srv *grpc.Server) error {
+	lis, err := (&net.ListenConfig{}).Listen(context.Background(), so.Network, so.Address)
+	if err != nil {
+		return fmt.Errorf("cannot listen for %s connections at address %q: %w", so.Network, so.Address, err)
+	}
+	if so.MetricsAddress != "" {
+		metrics := &http.Server{
+			Addr:              so.MetricsAddress,
+			Handler:           promhttp.HandlerFor(so.MetricsRegistry, promhttp.HandlerOpts{}),
+			ReadHeaderTimeout: 30 * time.Second,
+		}
+		go func() {
+			// As function.Serve, a metrics server that cannot listen does
+			// not stop the function; unlike it, this says so.
+			if err := metrics.ListenAndServe(); err != nil {
+				log.Info("Cannot serve metrics", "address", so.MetricsAddress, "error", err)
+			}
+		}()
+	}
+	if err := srv.Serve(lis); err != nil {
+		return fmt.Errorf("cannot serve mTLS gRPC connections: %w", err)
+	}
+	return nil
+}
