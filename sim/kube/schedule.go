@@ -128,3 +128,9 @@ func (c *Cluster) Bind(p *Pod, node string, e *Evaluation) error {
 	c.assume(p, n, true)
 	return nil
 }
+
+// Allocation is what the allocator allocated the pod's claims on a
+// feasible node, in the order of the claims it had to allocate.
+func (e *Evaluation) Allocation(node string) []resourceapi.AllocationResult {
+	return e.allocations[node]
+}

@@ -14,14 +14,15 @@ import (
 // maxNodeScore is the framework's MaxNodeScore.
 const maxNodeScore int64 = 100
 
-// The default profile's weights of the plugins that score these pods.
-const (
-	weightTaintToleration   = 3
-	weightNodeResourcesFit  = 1
-	weightPodTopologySpread = 2
-	weightBalanced          = 1
-	weightImageLocality     = 1
-)
+// Weights are the default profile's weights of the plugins that score
+// these pods (pkg/scheduler/apis/config/v1/default_plugins.go).
+var Weights = map[string]int64{
+	"TaintToleration":                 3,
+	"NodeResourcesFit":                1,
+	"PodTopologySpread":               2,
+	"NodeResourcesBalancedAllocation": 1,
+	"ImageLocality":                   1,
+}
 
 // PluginScores are one node's normalised scores, before weighting, of the
 // plugins that score; a plugin that skipped the pod is absent.
@@ -35,20 +36,20 @@ func (c *Cluster) score(p *Pod, prof Profile, nodes []*Node) ([]int64, []PluginS
 	for i := range per {
 		per[i] = PluginScores{}
 	}
-	add := func(name string, weight int64, scores []int64) {
+	add := func(name string, scores []int64) {
 		if scores == nil {
 			return
 		}
 		for i, s := range scores {
 			per[i][name] = s
-			totals[i] += weight * s
+			totals[i] += Weights[name] * s
 		}
 	}
-	add("TaintToleration", weightTaintToleration, taintScores(p, nodes))
-	add("NodeResourcesFit", weightNodeResourcesFit, fitScores(p, prof, nodes))
-	add("PodTopologySpread", weightPodTopologySpread, c.spreadScores(p, nodes))
-	add("NodeResourcesBalancedAllocation", weightBalanced, balancedScores(p, nodes))
-	add("ImageLocality", weightImageLocality, c.imageScores(p, nodes))
+	add("TaintToleration", taintScores(p, nodes))
+	add("NodeResourcesFit", fitScores(p, prof, nodes))
+	add("PodTopologySpread", c.spreadScores(p, nodes))
+	add("NodeResourcesBalancedAllocation", balancedScores(p, nodes))
+	add("ImageLocality", c.imageScores(p, nodes))
 	return totals, per
 }
 

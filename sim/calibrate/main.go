@@ -1,0 +1,169 @@
+// Command calibrate checks the fleet simulator's binder (sim/kube) against
+// kube-scheduler v1.37.2's own framework, run in process, on random cluster
+// states: for each state and profile it schedules the same pod with both
+// and compares the feasible nodes, every feasible node's total score, the
+// set of best nodes, where the framework bound the pod and which devices
+// its DynamicResources plugin allocated.
+//
+//	cd sim/calibrate && go run . -states 2000 -out ../../docs/calibration.md
+//
+// It exits 1 when any state disagrees (with -strict) and prints the first
+// disagreements.
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/features"
+	"k8s.io/kubernetes/pkg/scheduler/metrics"
+
+	"github.com/modelplaneai/fleet-scheduler/sim/kube"
+)
+
+func main() {
+	states := flag.Int("states", 1000, "random states to sample; each is scheduled under every profile")
+	seed := flag.Uint64("seed", 1, "seed of the states")
+	out := flag.String("out", "", "file to write the Markdown report to; empty prints it only")
+	strict := flag.Bool("strict", false, "exit 1 if any state disagrees")
+	flag.Parse()
+	// The framework logs every unschedulable pod; the report says what
+	// matters.
+	klog.SetOutput(&bytes.Buffer{})
+	klog.LogToStderr(false)
+	// As scheduler.New does: the framework instruments its plugins.
+	metrics.Register()
+	if err := run(*states, *seed, *out, *strict); err != nil {
+		fmt.Fprintln(os.Stderr, "calibrate:", err)
+		os.Exit(1)
+	}
+}
+
+// tally counts a profile's outcomes.
+type tally struct {
+	states, contested, unique, unschedulable   int
+	feasible, scores, best, bound, devices, ok int
+	decidedBy                                  map[string]int
+	diffs                                      []string
+}
+
+func run(states int, seed uint64, out string, strict bool) error {
+	began := time.Now()
+	ctx := context.Background()
+	profiles := []kube.Profile{kube.Default, kube.MostAllocated}
+	tallies := map[kube.Profile]*tally{}
+	for _, p := range profiles {
+		tallies[p] = &tally{decidedBy: map[string]int{}}
+	}
+	for i := range states {
+		rng := rand.New(rand.NewPCG(seed, uint64(i))) //nolint:gosec // Sampled states, not security.
+		st, err := sample(rng)
+		if err != nil {
+			return fmt.Errorf("state %d: %w", i, err)
+		}
+		for _, p := range profiles {
+			o, err := compare(ctx, st, p)
+			if err != nil {
+				return fmt.Errorf("state %d, %s: %w", i, p, err)
+			}
+			tallies[p].add(o, fmt.Sprintf("state %d (seed %d), %s", i, seed, p))
+		}
+	}
+	elapsed := time.Since(began)
+	report := render(states, seed, profiles, tallies, elapsed)
+	fmt.Print(report)
+	if out != "" {
+		// The report is documentation, for everyone to read.
+		if err := os.WriteFile(out, []byte(report), 0o644); err != nil { //nolint:gosec // See above.
+			return fmt.Errorf("cannot write %s: %w", out, err)
+		}
+	}
+	for _, p := range profiles {
+		t := tallies[p]
+		for _, d := range t.diffs[:min(len(t.diffs), 5)] {
+			fmt.Fprintln(os.Stderr, d)
+		}
+		if strict && t.ok != t.states {
+			return fmt.Errorf("%s: %d of %d states disagree", p, t.states-t.ok, t.states)
+		}
+	}
+	return nil
+}
+
+func (t *tally) add(o outcome, name string) {
+	t.states++
+	count := func(b bool, n *int) {
+		if b {
+			*n++
+		}
+	}
+	count(o.contested, &t.contested)
+	count(o.unique, &t.unique)
+	count(o.unschedulable, &t.unschedulable)
+	count(o.feasible, &t.feasible)
+	count(o.scores, &t.scores)
+	count(o.best, &t.best)
+	count(o.bound, &t.bound)
+	count(o.devices, &t.devices)
+	count(o.agrees(), &t.ok)
+	for _, pl := range o.decidedBy {
+		t.decidedBy[pl]++
+	}
+	if !o.agrees() {
+		t.diffs = append(t.diffs, name+": "+o.diff)
+	}
+}
+
+func pct(n, d int) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(d))
+}
+
+func render(states int, seed uint64, profiles []kube.Profile, tallies map[kube.Profile]*tally, elapsed time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "<!-- Written by `cd sim/calibrate && go run . -states %d -seed %d -out ../../docs/calibration.md`; do not edit. -->\n\n", states, seed)
+	b.WriteString("| Profile | States | Two or more feasible nodes | Unique best node | Unschedulable | Same feasible nodes | Same total score on every feasible node | Same best nodes | Binding among the simulator's best | Same devices allocated | **Agreement** |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, p := range profiles {
+		t := tallies[p]
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | **%d (%s)** |\n", p, t.states, t.contested, t.unique, t.unschedulable,
+			t.feasible, t.scores, t.best, t.bound, t.devices, t.ok, pct(t.ok, t.states))
+	}
+	b.WriteString("\nOf the states with a unique best node, how often each plugin's weighted score favoured it over the runner-up:\n\n")
+	b.WriteString("| Profile | " + strings.Join(pluginNames(), " | ") + " |\n")
+	b.WriteString("|---|" + strings.Repeat("---:|", len(pluginNames())) + "\n")
+	for _, p := range profiles {
+		t := tallies[p]
+		fmt.Fprintf(&b, "| %s |", p)
+		for _, pl := range pluginNames() {
+			fmt.Fprintf(&b, " %d (%s) |", t.decidedBy[pl], pct(t.decidedBy[pl], t.unique))
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "\nkube-scheduler v1.37.2's feature gates as run: DRAConsumableCapacity=%t, DRAPartitionableDevices=%t, DRADeviceTaints=%t, DRAPrioritizedList=%t, OpportunisticBatching=%t (pods with claims are not signable, so it never batches them). %d states in %s on %d CPUs (%s).\n",
+		utilfeature.DefaultFeatureGate.Enabled(features.DRAConsumableCapacity), utilfeature.DefaultFeatureGate.Enabled(features.DRAPartitionableDevices),
+		utilfeature.DefaultFeatureGate.Enabled(features.DRADeviceTaints), utilfeature.DefaultFeatureGate.Enabled(features.DRAPrioritizedList),
+		utilfeature.DefaultFeatureGate.Enabled(features.OpportunisticBatching), states*len(profiles), elapsed.Round(time.Second), runtime.NumCPU(), runtime.Version())
+	return b.String()
+}
+
+func pluginNames() []string {
+	var out []string
+	for pl := range kube.Weights {
+		out = append(out, pl)
+	}
+	slices.Sort(out)
+	return out
+}
