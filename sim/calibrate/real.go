@@ -88,28 +88,7 @@ func schedule(ctx context.Context, st *state, prof kube.Profile) (*verdict, erro
 	defer cancel()
 	logger := klog.FromContext(ctx)
 
-	objs := []runtime.Object{}
-	for _, o := range st.nodes {
-		objs = append(objs, o.DeepCopy())
-	}
-	for _, o := range st.slices {
-		objs = append(objs, o.DeepCopy())
-	}
-	for _, o := range st.classes {
-		objs = append(objs, o.DeepCopy())
-	}
-	for _, o := range st.sets {
-		objs = append(objs, o.DeepCopy())
-	}
-	for _, o := range st.stss {
-		objs = append(objs, o.DeepCopy())
-	}
-	for _, o := range st.pods {
-		objs = append(objs, o.DeepCopy())
-	}
-	for _, o := range append(append([]*resourceapi.ResourceClaim{}, st.claims...), st.podClaims...) {
-		objs = append(objs, o.DeepCopy())
-	}
+	objs := st.objects()
 	pod := st.pod.DeepCopy()
 	objs = append(objs, pod.DeepCopy())
 	for _, o := range objs {
@@ -312,6 +291,26 @@ func (st *state) nodesCopy() []*corev1.Node {
 	out := make([]*corev1.Node, len(st.nodes))
 	for i, n := range st.nodes {
 		out[i] = n.DeepCopy()
+	}
+	return out
+}
+
+// objects are copies of every object of the state but the pod to
+// schedule.
+func (st *state) objects() []runtime.Object {
+	out := copies(nil, st.nodes)
+	out = copies(out, st.slices)
+	out = copies(out, st.classes)
+	out = copies(out, st.sets)
+	out = copies(out, st.stss)
+	out = copies(out, st.pods)
+	out = copies(out, st.claims)
+	return copies(out, st.podClaims)
+}
+
+func copies[T runtime.Object](out []runtime.Object, objs []T) []runtime.Object {
+	for _, o := range objs {
+		out = append(out, o.DeepCopyObject())
 	}
 	return out
 }
