@@ -2,7 +2,9 @@ package sim
 
 import (
 	"cmp"
+	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -25,12 +27,14 @@ type Agent struct {
 }
 
 // Event changes the demand at the start of a round: a deployment arrives
-// (Deployment set) or an existing one scales to Replicas.
+// (Deployment set), an existing one scales to Replicas, or one is deleted
+// with its replicas (Delete).
 type Event struct {
 	Round      int
 	Name       string
 	Replicas   int64
 	Deployment *v1alpha1.ModelDeployment
+	Delete     bool
 }
 
 // Config is one simulation run.
@@ -44,14 +48,33 @@ type Config struct {
 	Binder     Binder
 	Seed       uint64
 	Reconciler Reconciler
+	// Image is the serving image every node pulls when it runs a replica,
+	// and ImageSize its size; empty means DefaultImage of
+	// DefaultImageSize.
+	Image     string
+	ImageSize int64
+	// ReconcileAll reconciles every deployment every round, settled or
+	// not (the equivalence test of the skip).
+	ReconcileAll bool
 }
+
+// The serving image of the scenarios' pod templates, and its size (the
+// vLLM OpenAI server image is about 8 GiB).
+const (
+	DefaultImage           = "vllm/vllm-openai:v0.11.0"
+	DefaultImageSize int64 = 8 << 30
+)
 
 // Point is the fleet at the end of one round.
 type Point struct {
-	Round   int
-	GPUs    int64
-	Placed  int
-	Pending int
+	Round int
+	// GPUs are held by bound pods; DemandGPUs are what every wanted
+	// replica would claim.
+	GPUs, DemandGPUs int64
+	Placed, Wanted   int
+	Pending          int
+	// Reconciles is how many deployments were reconciled in the round.
+	Reconciles int
 }
 
 // Result is what a run measured.
@@ -64,16 +87,25 @@ type Result struct {
 	// GPUs is how many GPUs bound pods hold at the end.
 	GPUs      int64
 	FleetGPUs int64
-	// PendingMax and PendingEnd count pods the binder could not bind.
+	// PendingMax and PendingEnd count pods no node took; PendingSeconds
+	// sums, over the rounds, the pods Pending times the round's length.
 	PendingMax, PendingEnd int
-	// Reconciles is how many times a deployment was reconciled.
-	Reconciles int
+	PendingSeconds         float64
+	// Reconciles is how many times a deployment was reconciled, and
+	// ReconcilesToConverge how many of those came in the rounds from the
+	// last demand change through the last round that changed the fleet.
+	Reconciles, ReconcilesToConverge int
 	// LastDemand is the round of the last demand event; Settled the last
 	// round in which a replica was created or deleted or a pod bound.
 	LastDemand, Settled int
 	Series              []Point
 	// PlacedBy counts each deployment's ModelReplicas at the end.
 	PlacedBy map[string]int
+	// Stuck describes, by deployment, replicas left with pods Pending at
+	// the end.
+	Stuck map[string]int
+	// Wall is how long the simulation took to run.
+	Wall time.Duration
 }
 
 // RoundsToConverge counts the reconcile rounds from the last demand change
@@ -87,13 +119,21 @@ type state struct {
 	cfg         Config
 	clusters    []*simCluster
 	deployments map[string]*v1alpha1.ModelDeployment
-	replicas    []*replica
-	seq         int
-	rng         *rand.Rand
+	// settled are the deployments whose last reconcile changed nothing
+	// and placed all they want. Reconciling one again changes nothing
+	// until its demand does: it retains every replica (its clusters and
+	// pools never go away here) and fills nothing. Crossplane would still
+	// call the function on its poll interval; the simulator skips the
+	// no-op, which large fleets cannot afford.
+	settled  map[string]bool
+	replicas []*replica
+	seq      int
+	rng      *rand.Rand
 }
 
 // Run simulates the configured rounds.
 func Run(cfg Config) (*Result, error) {
+	began := time.Now()
 	if cfg.Reconciler == nil {
 		return nil, errors.New("cannot simulate without a reconciler")
 	}
@@ -101,51 +141,67 @@ func Run(cfg Config) (*Result, error) {
 		cfg.Tick = 10 * time.Second
 	}
 	if cfg.Binder == "" {
-		cfg.Binder = LeastAllocated
+		cfg.Binder = KubeDefault
 	}
-	s := newState(cfg)
+	if cfg.Image == "" {
+		cfg.Image, cfg.ImageSize = DefaultImage, DefaultImageSize
+	}
+	s, err := newState(cfg)
+	if err != nil {
+		return nil, err
+	}
 	res := &Result{FleetGPUs: FleetGPUs(cfg.Clusters)}
 	for _, e := range cfg.Events {
 		res.LastDemand = max(res.LastDemand, e.Round)
 	}
 	for round := range cfg.Rounds {
-		now := start().Add(time.Duration(round) * cfg.Tick)
-		s.demand(round)
-		s.publish(now)
-		changed, n, err := s.reconcile(now)
-		if err != nil {
+		if err := s.round(context.Background(), round, res); err != nil {
 			return nil, err
 		}
-		res.Reconciles += n
-		changed = s.bind(now.Add(time.Second)) || changed
-		s.sample(now, round)
-		if changed {
-			res.Settled = round
-		}
-		pt := s.point(round)
-		res.PendingMax = max(res.PendingMax, pt.Pending)
-		res.Series = append(res.Series, pt)
 	}
 	s.finish(res)
+	res.Wall = time.Since(began)
 	return res, nil
 }
 
-func newState(cfg Config) *state {
+// round runs one round and records it.
+func (s *state) round(ctx context.Context, round int, res *Result) error {
+	now := start().Add(time.Duration(round) * s.cfg.Tick)
+	s.demand(round)
+	s.publish(now)
+	changed, n, err := s.reconcile(now)
+	if err != nil {
+		return err
+	}
+	res.Reconciles += n
+	bound, err := s.bind(ctx, now.Add(time.Second))
+	if err != nil {
+		return err
+	}
+	s.sample(now, round)
+	if changed || bound {
+		res.Settled = round
+	}
+	pt := s.point(round)
+	pt.Reconciles = n
+	res.PendingMax = max(res.PendingMax, pt.Pending)
+	res.PendingSeconds += float64(pt.Pending) * s.cfg.Tick.Seconds()
+	res.Series = append(res.Series, pt)
+	return nil
+}
+
+func newState(cfg Config) (*state, error) {
 	// The binder's ties are broken at random, reproducibly from the seed.
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed)) //nolint:gosec // Simulated tie-breaking, not security.
-	s := &state{cfg: cfg, deployments: map[string]*v1alpha1.ModelDeployment{}, rng: rng}
-	for _, c := range cfg.Clusters {
-		sc := &simCluster{name: c.Name}
-		for _, p := range c.Pools {
-			sp := &simPool{spec: p}
-			for range p.Nodes {
-				sp.nodes = append(sp.nodes, &node{free: p.GPUsPerNode})
-			}
-			sc.pools = append(sc.pools, sp)
+	s := &state{cfg: cfg, deployments: map[string]*v1alpha1.ModelDeployment{}, settled: map[string]bool{}, rng: rng}
+	for _, spec := range cfg.Clusters {
+		c, err := newCluster(spec, cfg.Image, cfg.ImageSize)
+		if err != nil {
+			return nil, err
 		}
-		s.clusters = append(s.clusters, sc)
+		s.clusters = append(s.clusters, c)
 	}
-	return s
+	return s, nil
 }
 
 // point measures the fleet at the end of a round.
@@ -153,14 +209,47 @@ func (s *state) point(round int) Point {
 	pt := Point{Round: round, Placed: len(s.replicas)}
 	for _, r := range s.replicas {
 		for _, p := range r.pods {
-			if p.node == nil {
-				pt.Pending++
-			} else {
+			if p.bound() {
 				pt.GPUs += p.claim
+			} else {
+				pt.Pending++
 			}
 		}
 	}
+	for _, d := range s.deployments {
+		pt.Wanted += int(d.Spec.Replicas)
+		pt.DemandGPUs += d.Spec.Replicas * ReplicaGPUs(d)
+	}
 	return pt
+}
+
+// ReplicaGPUs is how many GPUs one replica of a deployment claims: per
+// engine, its copies times its members' pods times their requests.
+func ReplicaGPUs(d *v1alpha1.ModelDeployment) int64 {
+	var n int64
+	for _, e := range d.Spec.Template.Spec.Engines {
+		copies := int64(1)
+		if e.Copies != nil && *e.Copies > 0 {
+			copies = *e.Copies
+		}
+		for _, m := range e.Members {
+			pods := int64(1)
+			if m.Role == v1alpha1.RoleWorker && m.Worker != nil {
+				pods = m.Worker.Nodes
+			}
+			if m.NodeSelector == nil {
+				continue
+			}
+			for _, r := range m.NodeSelector.Devices {
+				count := int64(1)
+				if r.Count != nil {
+					count = *r.Count
+				}
+				n += copies * pods * count
+			}
+		}
+	}
+	return n
 }
 
 // finish fills in what the run ended with.
@@ -170,14 +259,22 @@ func (s *state) finish(res *Result) {
 	}
 	res.Placed = len(s.replicas)
 	res.PlacedBy = map[string]int{}
+	res.Stuck = map[string]int{}
 	for _, r := range s.replicas {
 		res.PlacedBy[r.deployment]++
 		if r.bound() {
 			res.Running++
+		} else {
+			res.Stuck[r.deployment]++
 		}
 	}
 	if n := len(res.Series); n > 0 {
 		res.GPUs, res.PendingEnd = res.Series[n-1].GPUs, res.Series[n-1].Pending
+	}
+	for _, p := range res.Series {
+		if p.Round >= res.LastDemand && p.Round <= res.Settled {
+			res.ReconcilesToConverge += p.Reconciles
+		}
 	}
 }
 
@@ -186,15 +283,19 @@ func (s *state) demand(round int) {
 		if e.Round != round {
 			continue
 		}
-		if e.Deployment != nil {
+		delete(s.settled, e.Name)
+		switch {
+		case e.Delete:
+			delete(s.deployments, e.Name)
+		case e.Deployment != nil:
 			d := *e.Deployment
 			d.Metadata.Name = e.Name
 			d.Spec.Replicas = e.Replicas
 			s.deployments[e.Name] = &d
-			continue
-		}
-		if d := s.deployments[e.Name]; d != nil {
-			d.Spec.Replicas = e.Replicas
+		default:
+			if d := s.deployments[e.Name]; d != nil {
+				d.Spec.Replicas = e.Replicas
+			}
 		}
 	}
 }
@@ -233,21 +334,25 @@ func (s *state) sample(now time.Time, round int) {
 	}
 }
 
-// reconcile runs every deployment once, in name order, each seeing what the
-// ones before it created.
+// reconcile runs every deployment that may change once, in name order,
+// each seeing what the ones before it created, and deletes the replicas of
+// deployments that are gone.
 func (s *state) reconcile(now time.Time) (bool, int, error) {
+	changed, err := s.collect()
+	if err != nil {
+		return false, 0, err
+	}
 	clusters := make([]*v1alpha1.InferenceCluster, 0, len(s.clusters))
 	for _, c := range s.clusters {
 		clusters = append(clusters, c.object())
 	}
 	names := slices.Sorted(func(yield func(string) bool) {
 		for n := range s.deployments {
-			if !yield(n) {
+			if (s.cfg.ReconcileAll || !s.settled[n]) && !yield(n) {
 				return
 			}
 		}
 	})
-	changed := false
 	for _, name := range names {
 		dep := s.deployments[name]
 		objs := make([]*v1alpha1.ModelReplica, 0, len(s.replicas))
@@ -258,39 +363,75 @@ func (s *state) reconcile(now time.Time) (bool, int, error) {
 		if err != nil {
 			return false, 0, err
 		}
-		want := map[string]*v1alpha1.ModelReplica{}
-		for _, d := range desired {
-			want[d.Metadata.Name] = d
+		c, err := s.apply(name, desired)
+		if err != nil {
+			return false, 0, err
 		}
-		have := map[string]bool{}
-		s.replicas = slices.DeleteFunc(s.replicas, func(r *replica) bool {
-			if r.deployment != name {
-				return false
-			}
-			have[r.obj.Metadata.Name] = true
-			if want[r.obj.Metadata.Name] != nil {
-				return false
-			}
-			r.release()
-			changed = true
-			return true
-		})
-		for _, d := range desired {
-			if have[d.Metadata.Name] {
-				continue
-			}
-			c := s.cluster(d.Spec.ClusterName)
-			if c == nil {
-				continue
-			}
-			s.seq++
-			r := newReplica(c, d, name, s.seq)
-			setPodsScheduled(r)
-			s.replicas = append(s.replicas, r)
-			changed = true
-		}
+		changed = changed || c
+		s.settled[name] = !c && len(desired) == int(dep.Spec.Replicas)
 	}
 	return changed, len(names), nil
+}
+
+// collect deletes the replicas of deployments that no longer exist, as
+// Crossplane garbage-collects what a deleted XR composed.
+func (s *state) collect() (bool, error) {
+	var err error
+	changed := false
+	s.replicas = slices.DeleteFunc(s.replicas, func(r *replica) bool {
+		if s.deployments[r.deployment] != nil {
+			return false
+		}
+		err = errors.Join(err, r.release())
+		changed = true
+		return true
+	})
+	return changed, err
+}
+
+// apply makes a deployment's replicas the desired ones: deletes the rest,
+// creates the new with their pods.
+func (s *state) apply(name string, desired []*v1alpha1.ModelReplica) (bool, error) {
+	want := map[string]*v1alpha1.ModelReplica{}
+	for _, d := range desired {
+		want[d.Metadata.Name] = d
+	}
+	have := map[string]bool{}
+	changed := false
+	var err error
+	s.replicas = slices.DeleteFunc(s.replicas, func(r *replica) bool {
+		if r.deployment != name {
+			return false
+		}
+		have[r.obj.Metadata.Name] = true
+		if want[r.obj.Metadata.Name] != nil {
+			return false
+		}
+		err = errors.Join(err, r.release())
+		changed = true
+		return true
+	})
+	if err != nil {
+		return false, err
+	}
+	for _, d := range desired {
+		if have[d.Metadata.Name] {
+			continue
+		}
+		c := s.cluster(d.Spec.ClusterName)
+		if c == nil {
+			continue
+		}
+		s.seq++
+		r, err := newReplica(c, d, name, s.seq)
+		if err != nil {
+			return false, err
+		}
+		setPodsScheduled(r)
+		s.replicas = append(s.replicas, r)
+		changed = true
+	}
+	return changed, nil
 }
 
 func (s *state) cluster(name string) *simCluster {
@@ -302,17 +443,23 @@ func (s *state) cluster(name string) *simCluster {
 	return nil
 }
 
-// bind offers every Pending pod to the binder, oldest replica first, and
-// marks replicas whose pods are now all bound PodsScheduled at t.
-func (s *state) bind(t time.Time) bool {
+// bind offers every Pending pod to the binder, oldest replica first (as
+// kube-scheduler's queue orders pods of one priority), and marks replicas
+// whose pods are now all bound PodsScheduled at t.
+func (s *state) bind(ctx context.Context, t time.Time) (bool, error) {
 	queue := slices.Clone(s.replicas)
 	slices.SortFunc(queue, func(a, b *replica) int { return cmp.Compare(a.seq, b.seq) })
 	changed := false
 	for _, r := range queue {
 		for _, p := range r.pods {
-			if p.node == nil && s.cfg.Binder.bind(p, s.rng) {
-				changed = true
+			if p.bound() {
+				continue
 			}
+			ok, err := s.cfg.Binder.bind(ctx, p, s.rng)
+			if err != nil {
+				return false, fmt.Errorf("cannot bind a pod of replica %s: %w", r.obj.Metadata.Name, err)
+			}
+			changed = changed || ok
 		}
 		if r.scheduledAt == nil && r.bound() {
 			at := t
@@ -320,7 +467,7 @@ func (s *state) bind(t time.Time) bool {
 			setPodsScheduled(r)
 		}
 	}
-	return changed
+	return changed, nil
 }
 
 // setPodsScheduled writes the replica's PodsScheduled condition as the

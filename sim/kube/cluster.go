@@ -204,6 +204,13 @@ func (c *Cluster) AddOwner(obj metav1.Object) error {
 	return nil
 }
 
+// RemoveOwner forgets a controller AddOwner recorded.
+func (c *Cluster) RemoveOwner(obj metav1.Object) {
+	for _, kind := range []string{"ReplicaSet", "StatefulSet", "ReplicationController"} {
+		delete(c.owners, ownerKey{kind, obj.GetNamespace(), obj.GetName()})
+	}
+}
+
 // AddPod adds a pod already bound (spec.nodeName set) with its claims, each
 // allocated. The node's images are what its status says.
 func (c *Cluster) AddPod(p *Pod) error {
