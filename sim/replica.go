@@ -189,3 +189,17 @@ func (r *replica) release() error {
 	}
 	return nil
 }
+
+// stuck says what a Pending pod needs and the most its pool's nodes have
+// free.
+func (p *pod) stuck() string {
+	if p.pool == nil {
+		return fmt.Sprintf("pod %s: its pool does not exist", p.kube.Obj.Name)
+	}
+	var most int64
+	for _, n := range p.pool.nodes {
+		most = max(most, p.pool.cluster.freeGPUs(n))
+	}
+	return fmt.Sprintf("%s/%s: a pod of replica %s (deployment %s) needs %d GPUs on one node; the pool's nodes have at most %d free",
+		p.pool.cluster.name, p.pool.spec.Name, p.replica.obj.Metadata.Name, p.replica.deployment, p.claim, most)
+}

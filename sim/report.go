@@ -221,3 +221,57 @@ func axisLabel(d time.Duration) string {
 	}
 	return fmt.Sprintf("%dm", int(d.Minutes()))
 }
+
+// Legend says what the table's columns and rows are.
+const Legend = `Each row is one run: a scenario, a mode (whole-node accounting without
+an agent; or free-device accounting from an agent that reports every 10s,
+visible the next round ("fresh"), or every 30s, visible 60s later
+("lagging"), with the ledger assuming MostFree or LeastFree binding), and a
+binder: how the simulated clusters bind pods. kube-default scores as
+kube-scheduler v1.37's default profile (cpu/memory LeastAllocated,
+BalancedAllocation, ImageLocality, spreading, PreferNoSchedule taints; no
+GPU scoring), kube-most-allocated the same with NodeResourcesFit
+MostAllocated; gpu-most-free and gpu-least-free rank nodes by free GPUs, as
+no kube-scheduler profile does, and random picks any node that fits. Every
+binder filters with the structured DRA allocator (sim/kube), and
+docs/calibration.md checks kube-default and kube-most-allocated against
+kube-scheduler's own framework.
+
+- Replicas placed / wanted (bound): at the end of the run; the bound is
+  the most replicas of the final demand the fleet can hold.
+- GPUs allocated: the share of the fleet's GPUs that bound pods hold, the
+  mean over the rounds and at the demand's peak (its last round), each
+  beside its bound: min(demand, capacity) at that moment, or for a
+  scenario of one shape the exact limit of that shape.
+- Pending pods: the most at the end of any round, and at the end of the
+  run; pod-seconds sums the pods Pending over simulated time.
+- Reconciles to converge: the deployments reconciled from the round of the
+  last demand change through the last round that changed the fleet. A
+  deployment that placed all it wants and changed nothing is not
+  reconciled again until its demand changes (its reconcile is a no-op).
+- Wall time: the simulator's own, on a shared 2-core machine.
+`
+
+// WriteStuck lists, for the runs that ended with pods Pending, what those
+// pods need and what their pools have.
+func WriteStuck(w io.Writer, rows []Row) error {
+	var b strings.Builder
+	for _, r := range rows {
+		if len(r.Result.StuckPods) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "- %s, %s, %s: %d pods Pending at the end", r.Scenario.Name, r.Mode.Name, r.Binder, len(r.Result.StuckPods))
+		pods := r.Result.StuckPods
+		slices.Sort(pods)
+		for i, p := range pods {
+			if i == 3 {
+				fmt.Fprintf(&b, "; and %d more", len(pods)-i)
+				break
+			}
+			b.WriteString("; " + p)
+		}
+		b.WriteString(".\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
@@ -42,6 +43,19 @@ func (m Mode) Assuming(b scheduling.Binding) Mode {
 	}
 	m.Binding = b
 	return m
+}
+
+// Key is a mode's short name, for command lines: whole-node,
+// fresh-mostfree, fresh-leastfree, lagging-mostfree, lagging-leastfree.
+func (m Mode) Key() string {
+	if !m.Agent.Enabled {
+		return "whole-node"
+	}
+	agent := "fresh"
+	if m.Agent.Lag > 0 {
+		agent = "lagging"
+	}
+	return agent + "-" + strings.ToLower(string(m.Binding))
 }
 
 // Modes are the modes every scenario runs in.
@@ -230,29 +244,27 @@ func silent(tmpl *v1alpha1.ModelDeployment) Scenario {
 }
 
 // Large is the fleet of 100 clusters of 8 pools of 32 8-GPU nodes (204,800
-// GPUs) with churn: deployments of 1, 2, 4 and 8 GPUs per replica (50, 20,
-// 20 and 10% of them, as mixed) arrive every round for the first half of
-// the run, each wanting 10 to 400 replicas, and each leaves after 2 to 10
-// minutes; some scale on the way. Demand peaks above the fleet.
+// GPUs) with churn: 360 deployments of 1, 2, 4 and 8 GPUs per replica (50,
+// 20, 20 and 10% of them, as mixed), twelve arriving every round for the
+// first 30 rounds, each wanting 20 to 700 replicas and leaving after 15 to
+// 45 rounds (a third halving on the way). Demand peaks at about 1.3 times
+// the fleet.
 func Large() Scenario {
-	pool := func(i int) PoolSpec {
-		return PoolSpec{Name: fmt.Sprintf("h100-%d", i), Nodes: 32, GPUsPerNode: 8, Memory: "80Gi", Model: "H100", CPU: "190", NodeMemory: "1980Gi"}
-	}
 	var pools []PoolSpec
 	for i := range 8 {
-		pools = append(pools, pool(i))
+		pools = append(pools, PoolSpec{Name: fmt.Sprintf("h100-%d", i), Nodes: 32, GPUsPerNode: 8, Memory: "80Gi", Model: "H100", CPU: "190", NodeMemory: "1980Gi"})
 	}
-	sc := Scenario{Name: "large-churn", Summary: "100 clusters x 8 pools x 32 8xH100 nodes; deployments of 1-8 GPUs per replica arrive and leave", Clusters: Fleet(100, pools...), Shapes: map[string]Shape{}, Rounds: 90}
+	sc := Scenario{Name: "large-churn", Summary: "100 clusters x 8 pools x 32 8xH100 nodes; deployments of 1-8 GPUs per replica arrive and leave", Clusters: Fleet(100, pools...), Shapes: map[string]Shape{}, Rounds: 60}
 	rng := rand.New(rand.NewPCG(11, 11)) //nolint:gosec // A reproducible workload, not security.
 	sizes := []int64{1, 1, 1, 1, 1, 2, 2, 4, 4, 8}
 	for i := range 360 {
-		round := i / 8
+		round := i / 12
 		g := sizes[rng.IntN(len(sizes))]
 		n := fmt.Sprintf("large-%03d-%dgpu", i, g)
-		replicas := int64(10 + rng.IntN(391))
+		replicas := int64(20 + rng.IntN(681))
 		sc.Events = append(sc.Events, Event{Round: round, Name: n, Replicas: replicas, Deployment: standalone(g, fixture.MemAtLeast80Gi)})
 		sc.Shapes[n] = Shape{1, 1, g, false}
-		life := 12 + rng.IntN(49)
+		life := 15 + rng.IntN(31)
 		if rng.IntN(3) == 0 {
 			sc.Events = append(sc.Events, Event{Round: round + life/2, Name: n, Replicas: replicas / 2})
 		}

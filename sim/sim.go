@@ -101,9 +101,11 @@ type Result struct {
 	Series              []Point
 	// PlacedBy counts each deployment's ModelReplicas at the end.
 	PlacedBy map[string]int
-	// Stuck describes, by deployment, replicas left with pods Pending at
-	// the end.
-	Stuck map[string]int
+	// Stuck counts, by deployment, replicas left with pods Pending at the
+	// end, and StuckPods says for each such pod what it needs and what its
+	// pool has.
+	Stuck     map[string]int
+	StuckPods []string
 	// Wall is how long the simulation took to run.
 	Wall time.Duration
 }
@@ -264,8 +266,13 @@ func (s *state) finish(res *Result) {
 		res.PlacedBy[r.deployment]++
 		if r.bound() {
 			res.Running++
-		} else {
-			res.Stuck[r.deployment]++
+			continue
+		}
+		res.Stuck[r.deployment]++
+		for _, p := range r.pods {
+			if !p.bound() {
+				res.StuckPods = append(res.StuckPods, p.stuck())
+			}
 		}
 	}
 	if n := len(res.Series); n > 0 {

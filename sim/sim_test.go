@@ -406,3 +406,23 @@ func TestBinderNames(t *testing.T) {
 		t.Error("ParseBinder accepted the old GPU-ranked name least-allocated")
 	}
 }
+
+// TestDirectCacheChangesNothing runs scenarios with and without Direct's
+// cache and wants the same fleet round by round.
+func TestDirectCacheChangesNothing(t *testing.T) {
+	sc := tinyScenario(Shape{1, 1, 2, false}, 2, 12)
+	sc.Events = append(sc.Events, Event{Round: 8, Name: "d0", Replicas: 4}, Event{Round: 12, Name: "d1", Delete: true})
+	for _, m := range []Mode{WholeNode(), Fresh(), Lagging().Assuming(scheduling.LeastFree)} {
+		plain, err := Run(sc.Config(m, KubeDefault, Direct{Binding: m.Binding}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cached, err := Run(sc.Config(m, KubeDefault, Direct{Binding: m.Binding, Cache: NewCache()}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(plain.Series, cached.Series); diff != "" {
+			t.Errorf("%s: the fleet differs with the cache: -without, +with:\n%s", m.Name, diff)
+		}
+	}
+}
