@@ -20,8 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/encoding"
-	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -30,8 +28,11 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/assume"
+	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 	"github.com/modelplaneai/fleet-scheduler/sim"
 )
@@ -198,7 +199,7 @@ func runOnce(req *fnv1.RunFunctionRequest, now time.Time) (*fnv1.RunFunctionResp
 }
 
 // runOn runs a function, failing on a Fatal result.
-func runOn(f *Function, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
+func runOn(f fnv1.FunctionRunnerServiceServer, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
 	rsp, err := f.RunFunction(context.Background(), req)
 	if err != nil {
 		return nil, err
@@ -249,16 +250,12 @@ func BenchmarkRunFunction(b *testing.B) {
 					b.Fatal(err)
 				}
 				frames := inFrames(wire)
-				server := func() *Function {
-					return &Function{now: func() time.Time { return benchNow }, caches: newCaches(), selectors: scheduling.NewSelectors()}
-				}
-				f := server()
+				f := newBenchServer()
 				serve := func() (*fnv1.RunFunctionResponse, error) {
 					if !warm {
-						f = server()
-						requestCopies.drain()
+						f = newBenchServer()
 					}
-					return serveWire(f, frames)
+					return f.serve(frames)
 				}
 				rsp, err := serve()
 				if err != nil {
@@ -269,16 +266,21 @@ func BenchmarkRunFunction(b *testing.B) {
 				}
 				// The peak counts the call's copy of the request, which the
 				// codec's pool then keeps.
-				requestCopies.drain()
+				f.codec.Drain()
 				heap := peakHeap(func() { _, _ = serve() })
 				// What a server keeps between calls: its caches, and the
 				// pool's copy of the last request.
-				requestCopies.drain()
+				f.codec.Drain()
 				kept := liveHeap(func() any {
-					s := server()
-					_, _ = serveWire(s, frames)
+					s := newBenchServer()
+					_, _ = s.serve(frames)
 					return s
 				})
+				// The pool's copy is idle again for the calls timed, as on a
+				// server between two calls.
+				if _, err := serve(); err != nil {
+					b.Fatal(err)
+				}
 				cpu := cpuTime()
 				b.ResetTimer()
 				for b.Loop() {
@@ -290,7 +292,7 @@ func BenchmarkRunFunction(b *testing.B) {
 				b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
 				b.ReportMetric(float64(heap), "peak-heap-B")
 				b.ReportMetric(float64(kept), "kept-heap-B")
-				b.ReportMetric(float64(requestCopies.idleBytes()), "idle-copies-B")
+				b.ReportMetric(float64(f.codec.IdleBytes()), "idle-copies-B")
 				b.ReportMetric(float64(len(wire)), "req-bytes")
 				b.ReportMetric(float64(len(wire))/float64(n), "req-bytes/replica")
 			})
@@ -309,20 +311,33 @@ func inFrames(wire []byte) mem.BufferSlice {
 	return frames
 }
 
-// serveWire does what the server does with a request's bytes, in frames:
-// decodes them with the request codec, runs the function, and encodes the
-// response.
-func serveWire(f *Function, frames mem.BufferSlice) (*fnv1.RunFunctionResponse, error) {
-	codec := requestCodec{CodecV2: encoding.GetCodecV2(grpcproto.Name)}
+// benchServer is what main.go serves: the function with its caches, behind
+// the request codec.
+type benchServer struct {
+	fn    *Function
+	codec *codec.Codec
+}
+
+func newBenchServer() *benchServer {
+	return &benchServer{
+		fn:    &Function{now: func() time.Time { return benchNow }, fleet: fleet.NewReader(), selectors: scheduling.NewSelectors()},
+		codec: codec.New(requiredClusters, requiredReplicas),
+	}
+}
+
+// serve does what the server does with a request's bytes, in frames:
+// decodes them with the request codec, runs the function, gives the
+// request's copy back, and encodes the response.
+func (s *benchServer) serve(frames mem.BufferSlice) (*fnv1.RunFunctionResponse, error) {
 	req := &fnv1.RunFunctionRequest{}
-	if err := codec.Unmarshal(frames, req); err != nil {
+	if err := s.codec.Unmarshal(frames, req); err != nil {
 		return nil, err
 	}
-	rsp, err := runOn(f, req)
+	rsp, err := runOn(s.codec.Server(s.fn), req)
 	if err != nil {
 		return nil, err
 	}
-	out, err := codec.Marshal(rsp)
+	out, err := s.codec.Marshal(rsp)
 	if err != nil {
 		return nil, err
 	}
@@ -378,9 +393,7 @@ func BenchmarkUnmarshalRequest(b *testing.B) {
 		done func(*fnv1.RunFunctionRequest)
 	}{
 		{"proto", func(w []byte, _ mem.BufferSlice, req *fnv1.RunFunctionRequest) error { return proto.Unmarshal(w, req) }, func(*fnv1.RunFunctionRequest) {}},
-		{"codec", func(_ []byte, frames mem.BufferSlice, req *fnv1.RunFunctionRequest) error {
-			return requestCodec{CodecV2: encoding.GetCodecV2(grpcproto.Name)}.Unmarshal(frames, req)
-		}, requestCopies.release},
+		{"codec", benchCodec.unmarshal, benchCodec.release},
 	}
 	for _, n := range []int{1_000, 10_000, 50_000} {
 		request := sync.OnceValues(func() ([]byte, error) {
@@ -409,8 +422,7 @@ func BenchmarkUnmarshalRequest(b *testing.B) {
 				b.ReportMetric(float64(len(wire)), "req-bytes")
 				// What a decoded request holds, its copy included: none idle,
 				// and none still lent to a request dropped before.
-				requestCopies.drain()
-				settleLentCopies()
+				benchCodec.reset()
 				b.ReportMetric(float64(liveHeap(func() any {
 					req := &fnv1.RunFunctionRequest{}
 					_ = d.unmarshal(wire, frames, req)
@@ -421,18 +433,20 @@ func BenchmarkUnmarshalRequest(b *testing.B) {
 	}
 }
 
-// settleLentCopies waits, a second at most, until every request the codec
-// decoded and that is gone has let its copy go: cleanups run after a
-// collection, in their own goroutine.
-func settleLentCopies() {
-	for range 1000 {
-		if lentCount() == 0 {
-			return
-		}
-		runtime.GC()
-		time.Sleep(time.Millisecond)
-	}
+// benchCodec is the request codec of BenchmarkUnmarshalRequest, new for
+// each measurement of what a request holds, so that no copy the codec lent
+// a request dropped before is counted.
+var benchCodec = &resettableCodec{c: codec.New(requiredClusters, requiredReplicas)}
+
+type resettableCodec struct{ c *codec.Codec }
+
+func (r *resettableCodec) unmarshal(_ []byte, frames mem.BufferSlice, req *fnv1.RunFunctionRequest) error {
+	return r.c.Unmarshal(frames, req)
 }
+
+func (r *resettableCodec) release(req *fnv1.RunFunctionRequest) { r.c.Release(req) }
+
+func (r *resettableCodec) reset() { r.c = codec.New(requiredClusters, requiredReplicas) }
 
 // cpuTime is the CPU time the process has used, user and system: on a
 // shared machine it tells the work a call does from the wait for a core.
@@ -592,6 +606,59 @@ func TestFleetSimThroughRunFunction(t *testing.T) {
 			}
 			if want.Placed == 0 {
 				t.Error("nothing was placed")
+			}
+		})
+	}
+}
+
+// BenchmarkConcurrentCalls serves 16 callers at once, each a deployment of
+// its own (with a uid, as real XRs have), on the fleet of
+// BenchmarkRunFunction at 10,000 replicas: with the assumed-placement
+// ledger, whose critical section (reading it, planning, recording)
+// serialises the plans, and without. ns/op is wall time per call across
+// the callers; compare the two in one session.
+//
+//	go test -run '^$' -bench BenchmarkConcurrentCalls -benchtime 200x -count 6 .
+func BenchmarkConcurrentCalls(b *testing.B) {
+	const callers, n = 16, 10_000
+	clusters, replicas := benchFleet(n)
+	var frames []mem.BufferSlice
+	for i := range callers {
+		d := benchDeployment()
+		d.Metadata.Name = fmt.Sprintf("llama-70b-new-%02d", i)
+		d.Metadata.UID = fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
+		wire, err := proto.Marshal(fleetRequest(d, clusters, replicas, nil))
+		if err != nil {
+			b.Fatal(err)
+		}
+		frames = append(frames, inFrames(wire))
+	}
+	for _, ledger := range []bool{false, true} {
+		b.Run(fmt.Sprintf("ledger=%t", ledger), func(b *testing.B) {
+			s := newBenchServer()
+			if ledger {
+				s.fn.assumed = assume.New(assume.DefaultTTL)
+			}
+			// Warm the caches once, as a running server's are.
+			for _, f := range frames {
+				if _, err := s.serve(f); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var next atomic.Int64
+			b.SetParallelism(callers / runtime.GOMAXPROCS(0))
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := s.serve(frames[next.Add(1)%callers]); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			if ledger {
+				b.ReportMetric(float64(s.fn.assumed.Len()), "assumed")
 			}
 		})
 	}

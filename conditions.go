@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/crossplane/function-sdk-go/response"
 
-	"github.com/modelplaneai/fleet-scheduler/internal/compose"
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -32,25 +34,26 @@ const (
 	reasonModelStarting        = "ModelStarting"
 	reasonCacheResolved        = "ModelCacheResolved"
 	reasonCacheNotFound        = "ModelCacheNotFound"
+	reasonNoCacheReferenced    = "NoModelCacheReferenced"
 	reasonAllPoolsObserved     = "AllPoolsObserved"
 	reasonWholeNodeFallback    = "WholeNodeFallback"
 )
 
-// setCacheCondition reports whether the referenced ModelCache resolved, and
-// returns true when new replicas must wait for it: with its footprint
-// unknown, a new replica could land where the cache never stages.
-func setCacheCondition(rsp *fnv1.RunFunctionResponse, fl *fleet) bool {
-	if fl.cacheRef == nil {
-		return false
-	}
-	if !fl.cacheFound {
-		msg := fmt.Sprintf("ModelCache %s not found; holding replica placement", fl.cacheRef.Name)
+// setCacheCondition reports whether the referenced ModelCache resolved. A
+// deployment that references none has nothing to wait for: True, so that
+// a condition left by a reference since removed does not linger (Crossplane
+// keeps a condition a function stops returning).
+func setCacheCondition(rsp *fnv1.RunFunctionResponse, cache modelCache) {
+	switch {
+	case cache.ref == nil:
+		response.ConditionTrue(rsp, condModelCacheResolved, reasonNoCacheReferenced).WithMessage("No ModelCache is referenced")
+	case cache.found:
+		response.ConditionTrue(rsp, condModelCacheResolved, reasonCacheResolved)
+	default:
+		msg := fmt.Sprintf("ModelCache %s not found; holding replica placement", cache.ref.Name)
 		response.ConditionFalse(rsp, condModelCacheResolved, reasonCacheNotFound).WithMessage(msg)
 		response.Warning(rsp, errors.New(msg))
-		return true
 	}
-	response.ConditionTrue(rsp, condModelCacheResolved, reasonCacheResolved)
-	return false
 }
 
 // warnObservations warns of every invalid pool report and unreadable
@@ -82,22 +85,20 @@ func warn(rsp *fnv1.RunFunctionResponse, warnings []string) {
 
 // setPlanConditions sets ReplicasScheduled and ReplicasReady, and emits the
 // Normal event the first time replicas are placed.
-func setPlanConditions(rsp *fnv1.RunFunctionResponse, plan *scheduling.Plan, observed map[string]*fnv1.Resource, clusters int) {
-	anyObserved, ready := false, 0
+func setPlanConditions(rsp *fnv1.RunFunctionResponse, plan *scheduling.Plan, composed []composedReplica, clusters int) {
+	anyObserved := false
 	names := map[string]bool{}
-	for _, p := range plan.Replicas {
-		names[p.Cluster] = true
-		if _, ok := observed[compose.ReplicaKey(p)]; ok {
-			anyObserved = true
-		}
-		if isReady(observed[compose.ReplicaKey(p)]) {
-			ready++
-		}
+	for _, c := range composed {
+		names[c.cluster] = true
+		anyObserved = anyObserved || c.observed
 	}
-	total := len(plan.Replicas)
+	total, ready := len(composed), countReady(composed)
 	short := ""
 	if plan.Shortfall != nil {
 		short = plan.Shortfall.String()
+	}
+	if w := plan.Waiting; w.Replicas > 0 {
+		short = join(fmt.Sprintf("%d %s for %s pods, the longest %s", w.Replicas, plural(w.Replicas, "replica waits", "replicas wait"), plural(w.Replicas, "its", "their"), w.Longest.Round(time.Second)), short)
 	}
 
 	switch {
@@ -119,7 +120,12 @@ func setPlanConditions(rsp *fnv1.RunFunctionResponse, plan *scheduling.Plan, obs
 		sort.Strings(clusterNames)
 		response.Normalf(rsp, "Scheduled %d replicas across %d clusters: %s", total, len(clusterNames), strings.Join(clusterNames, ", "))
 	}
+	setReadyCondition(rsp, total, ready)
+}
 
+// setReadyCondition sets ReplicasReady from how many replicas are composed
+// and how many of them are Ready.
+func setReadyCondition(rsp *fnv1.RunFunctionResponse, total, ready int) {
 	switch {
 	case total == 0:
 		response.ConditionFalse(rsp, condReplicasReady, reasonNoReplicasScheduled)
@@ -128,6 +134,34 @@ func setPlanConditions(rsp *fnv1.RunFunctionResponse, plan *scheduling.Plan, obs
 	default:
 		response.ConditionFalse(rsp, condReplicasReady, reasonModelStarting).WithMessage(fmt.Sprintf("%d of %d ready", ready, total))
 	}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// warnMoves emits a Warning per replica re-placed because its pods stayed
+// unscheduled: which, how long it waited, from where and to where.
+func warnMoves(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, moves []scheduling.Move) {
+	for _, m := range moves {
+		to := "another cluster"
+		if m.SameReplica {
+			to = "another pool of its cluster"
+		}
+		response.Warning(rsp, fmt.Errorf("Re-placed ModelReplica %s/%s on %s: its pods were unscheduled for %s on %s; now on %s", //nolint:staticcheck // An event for people, capitalised as the others.
+			xr.Metadata.Namespace, m.Name, to, m.Unscheduled.Round(time.Second), poolList(m.From), poolList(m.To)))
+	}
+}
+
+func poolList(pools []scheduling.PoolRef) string {
+	out := make([]string, 0, len(pools))
+	for _, p := range pools {
+		out = append(out, p.String())
+	}
+	return strings.Join(out, ", ")
 }
 
 func join(msg, short string) string {
@@ -139,15 +173,29 @@ func join(msg, short string) string {
 
 // setCapacityObserved is True when every pool of every Ready cluster was
 // accounted from a usable observation, and otherwise names the pools on
-// whole-node accounting and why.
-func setCapacityObserved(rsp *fnv1.RunFunctionResponse, pools []observation.PoolReport) {
+// whole-node accounting and why, and the clusters that do not read.
+func setCapacityObserved(rsp *fnv1.RunFunctionResponse, fl *fleet.Fleet) {
 	var fallback []string
-	for _, p := range pools {
+	for _, p := range fl.Pools {
 		if p.ClusterReady && p.State != observation.Usable {
 			fallback = append(fallback, fmt.Sprintf("%s/%s (%s)", p.Cluster, p.Pool, p.Reason()))
 		}
 	}
-	if len(fallback) == 0 {
+	// A cluster that does not read may be Ready: its pools are not known,
+	// let alone accounted.
+	for _, c := range fl.Clusters {
+		if c.Unreadable != "" {
+			fallback = append(fallback, fmt.Sprintf("%s (does not read: %s)", c.Object.Metadata.Name, c.Unreadable))
+		}
+	}
+	pools := fl.Pools
+	switch {
+	case len(fallback) > 0:
+	case len(pools) == 0:
+		response.ConditionTrue(rsp, condCapacityObserved, reasonAllPoolsObserved).
+			WithMessage("No pool of a Ready cluster to account")
+		return
+	default:
 		response.ConditionTrue(rsp, condCapacityObserved, reasonAllPoolsObserved).
 			WithMessage("Every pool of every Ready cluster is accounted by free devices")
 		return

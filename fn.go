@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -18,7 +15,10 @@ import (
 	"github.com/crossplane/function-sdk-go/response"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/assume"
+	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/compose"
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -37,25 +37,25 @@ type Function struct {
 	log logging.Logger
 	now func() time.Time
 
-	// caches hold what the last calls read of the fleet.
-	caches caches
+	// fleet reads the fleet, keeping what the last calls read of it; nil
+	// reads every object anew.
+	fleet *fleet.Reader
 	// selectors keeps the deployments' compiled CEL selectors across calls;
 	// nil compiles them on every call.
 	selectors *scheduling.Selectors
+	// assumed are the replicas this server composed recently that the
+	// fleet does not show yet; nil assumes none.
+	assumed *assume.Ledger
 }
 
 // RunFunction reads the XR and the fleet, schedules, and writes the replicas,
 // endpoints, status and conditions. Bad input is a Fatal result, never an
 // error: Crossplane then keeps everything as it was. A request the request
-// codec decoded is used up: its fleet is gone once RunFunction returns.
-func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
-	// The codec's copy of the request goes back once the call is done.
-	defer requestCopies.release(req)
+// codec decoded is used up once its server has returned: its fleet is gone.
+func (f *Function) RunFunction(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
 	rsp := response.To(req, response.DefaultTTL)
 	ensureDesired(rsp)
-	// The scheduler is pure and takes no context: DRA's CEL cost limit bounds
-	// every evaluation, and a pass is milliseconds.
-	if err := f.run(req, rsp); err != nil { //nolint:contextcheck // See above.
+	if err := f.run(ctx, req, rsp); err != nil {
 		response.Fatal(rsp, err)
 	}
 	return rsp, nil
@@ -63,7 +63,7 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 
 // run reads the input and the XR, asks for the fleet, and once Crossplane
 // has fetched it, schedules and composes.
-func (f *Function) run(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse) error {
+func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse) error {
 	opts, err := readInput(req)
 	if err != nil {
 		return err
@@ -73,12 +73,17 @@ func (f *Function) run(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRespon
 		return err
 	}
 	f.logger().Debug("Running function", "xr", xr.Metadata.Namespace+"/"+xr.Metadata.Name, "tag", req.GetMeta().GetTag())
-	fleet, err := readFleet(req, rsp, xr, f.caches)
-	if err != nil || fleet == nil {
-		// A nil fleet: Crossplane calls again once it has fetched it.
+	required, resolved, err := requireFleet(req, rsp, xr)
+	if err != nil || !resolved {
+		// Not resolved yet: Crossplane calls again once it has fetched it.
 		return err
 	}
-	return f.compose(req, rsp, xr, fleet, opts)
+	now := f.clock()
+	fl, err := f.fleet.Read(codec.ItemsOf(required.clusters), codec.ItemsOf(required.replicas), xr, now, opts.maxAge)
+	if err != nil {
+		return err
+	}
+	return f.compose(ctx, req, rsp, xr, required.cache, fl, opts, now)
 }
 
 // ensureDesired makes sure the response has a desired state to write into,
@@ -116,156 +121,165 @@ func (f *Function) clock() time.Time {
 }
 
 // compose schedules and writes everything the response carries.
-func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, fl *fleet, opts options) error {
-	if len(fl.clusters) == 0 {
-		warn(rsp, fl.warnings)
-		setCacheCondition(rsp, fl)
+func (f *Function) compose(ctx context.Context, req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, cache modelCache, fl *fleet.Fleet, opts options, now time.Time) error {
+	warn(rsp, fl.Warnings)
+	setCacheCondition(rsp, cache)
+	if len(fl.Clusters) == 0 {
+		// Nothing to schedule on; what did not read stays as observed.
+		composed, err := writeComposed(rsp, xr, &scheduling.Plan{Replicas: scheduling.AsObserved(xr, fl.Replicas)}, req.GetObserved().GetResources())
+		if err != nil {
+			return err
+		}
 		response.ConditionFalse(rsp, condReplicasScheduled, reasonNoClusters)
+		setReadyCondition(rsp, len(composed), countReady(composed))
+		setCapacityObserved(rsp, fl)
 		response.Warning(rsp, errors.New("No InferenceClusters found")) //nolint:staticcheck // Modelplane v0.3's warning, word for word.
 		rsp.Desired.Composite.Ready = fnv1.Ready_READY_FALSE
 		return nil
 	}
+	warnObservations(rsp, fl.Pools, fl.Findings)
 
-	now := f.clock()
-	clusters, pools := observation.Judge(fl.clusters, now, opts.maxAge)
-	replicas, findings := fl.readPins(clusters, fl.replicas, fl.findings)
-	warn(rsp, fl.warnings)
-	retainOnly := setCacheCondition(rsp, fl)
-	warnObservations(rsp, pools, findings)
-
-	plan, err := scheduling.Schedule(scheduling.Snapshot{
+	plan, err := f.schedule(ctx, scheduling.Snapshot{
 		Deployment: xr,
-		Clusters:   clusters,
-		Replicas:   replicas,
-		Options:    scheduling.Options{Binding: opts.binding, RetainOnly: retainOnly, Selectors: f.selectors},
-	})
+		Clusters:   fl.Clusters,
+		Replicas:   fl.Replicas,
+		// An unresolved cache keeps what exists and places nothing new.
+		Options: scheduling.Options{
+			Binding: opts.binding, RetainOnly: cache.unresolved(), Selectors: f.selectors,
+			ReplaceUnscheduledAfter: opts.replaceAfter,
+		},
+		Now: now,
+	}, fl)
 	if invalid, ok := errors.AsType[*scheduling.InvalidSelectorError](err); ok {
-		return keepObserved(req, rsp, invalid)
+		err := keepObserved(req, rsp, invalid)
+		setCapacityObserved(rsp, fl)
+		return err
 	}
 	if err != nil {
 		return fmt.Errorf("cannot schedule replicas: %w", err)
 	}
 
 	observed := req.GetObserved().GetResources()
-	if err := writeComposed(rsp, xr, plan, observed); err != nil {
+	composed, err := writeComposed(rsp, xr, plan, observed)
+	if err != nil {
 		return err
 	}
-	setPlanConditions(rsp, plan, observed, len(fl.clusters))
-	setCapacityObserved(rsp, pools)
-	setTTL(rsp, pools, now)
+	warnMoves(rsp, xr, plan.Moves)
+	setPlanConditions(rsp, plan, composed, len(fl.Clusters))
+	setCapacityObserved(rsp, fl)
+	setTTL(rsp, fl.Pools, now)
 	return nil
+}
+
+// composedReplica is what a response composes of one placed replica.
+type composedReplica struct {
+	cluster string
+	// observed is whether the replica was composed before, and is observed.
+	observed, ready bool
 }
 
 // writeComposed writes a ModelReplica per placement, a ModelEndpoint per
 // placement that is Ready on a cluster with a gateway, and the XR's status.
-func writeComposed(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, plan *scheduling.Plan, observed map[string]*fnv1.Resource) error {
-	ready := 0
-	templates := map[string]*structpb.Value{}
+// A placement kept as observed is written as observed.
+func writeComposed(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, plan *scheduling.Plan, observed map[string]*fnv1.Resource) ([]composedReplica, error) {
+	var composed []composedReplica
+	enc := compose.NewEncoder()
 	for _, p := range plan.Replicas {
-		r, err := replicaResource(compose.Replica(xr, p), templates)
-		if err != nil {
-			return err
-		}
-		if isReady(observed[compose.ReplicaKey(p)]) {
-			r.Ready = fnv1.Ready_READY_TRUE
-			ready++
-		}
-		rsp.Desired.Resources[compose.ReplicaKey(p)] = r
-		if p.Gateway == "" || !isReady(observed[compose.ReplicaKey(p)]) {
+		if p.AsObserved {
+			if c, ok := keepAsObserved(rsp, p, observed); ok {
+				composed = append(composed, c)
+			}
 			continue
 		}
-		e, err := toResource(compose.Endpoint(xr, p))
+		s, err := enc.Replica(compose.Replica(xr, p))
 		if err != nil {
-			return err
+			return nil, err
 		}
+		r := &fnv1.Resource{Resource: s}
+		obs, wasObserved := observed[compose.ReplicaKey(p)]
+		c := composedReplica{cluster: p.Cluster, observed: wasObserved, ready: isReady(obs)}
+		if c.ready {
+			r.Ready = fnv1.Ready_READY_TRUE
+		}
+		rsp.Desired.Resources[compose.ReplicaKey(p)] = r
+		composed = append(composed, c)
+		if p.Gateway == "" || !c.ready {
+			continue
+		}
+		s, err = compose.Encode(compose.Endpoint(xr, p))
+		if err != nil {
+			return nil, err
+		}
+		e := &fnv1.Resource{Resource: s}
 		if isReady(observed[compose.EndpointKey(p)]) {
 			e.Ready = fnv1.Ready_READY_TRUE
 		}
 		rsp.Desired.Resources[compose.EndpointKey(p)] = e
 	}
-	if err := writeStatus(rsp, len(plan.Replicas), ready); err != nil {
-		return err
+	if err := writeStatus(rsp, len(composed), countReady(composed)); err != nil {
+		return nil, err
 	}
-	if len(plan.Replicas) == 0 {
+	if len(composed) == 0 {
 		// An XR with nothing composed would otherwise read as ready.
 		rsp.Desired.Composite.Ready = fnv1.Ready_READY_FALSE
 	}
-	return nil
+	return composed, nil
 }
 
-// replicaResource is toResource for a ModelReplica. Every replica of a
-// deployment carries the same pod templates, a vLLM engine's a few KB of
-// JSON each: each distinct template is converted once per call, and the
-// replicas' resources share it.
-func replicaResource(r *v1alpha1.ModelReplica, templates map[string]*structpb.Value) (*fnv1.Resource, error) {
-	type template struct {
-		engine, member int
-		raw            json.RawMessage
-	}
-	var found []template
-	withoutTemplates := *r
-	withoutTemplates.Spec.Engines = slices.Clone(r.Spec.Engines)
-	for ei := range withoutTemplates.Spec.Engines {
-		e := &withoutTemplates.Spec.Engines[ei]
-		e.Members = slices.Clone(e.Members)
-		for mi := range e.Members {
-			if raw := e.Members[mi].Template; len(raw) > 0 {
-				found = append(found, template{engine: ei, member: mi, raw: raw})
-				e.Members[mi].Template = nil
-			}
+// countReady is how many of the composed replicas are Ready.
+func countReady(composed []composedReplica) int {
+	n := 0
+	for _, c := range composed {
+		if c.ready {
+			n++
 		}
 	}
-	res, err := toResource(&withoutTemplates)
-	if err != nil {
-		return nil, err
-	}
-	for _, t := range found {
-		v, ok := templates[string(t.raw)]
-		if !ok {
-			var decoded any
-			if err := json.Unmarshal(t.raw, &decoded); err != nil {
-				return nil, fmt.Errorf("cannot encode a composed resource: %w", err)
-			}
-			if v, err = structpb.NewValue(decoded); err != nil {
-				return nil, fmt.Errorf("cannot encode a composed resource: %w", err)
-			}
-			templates[string(t.raw)] = v
-		}
-		engines := res.GetResource().GetFields()["spec"].GetStructValue().GetFields()["engines"].GetListValue().GetValues()
-		members := engines[t.engine].GetStructValue().GetFields()["members"].GetListValue().GetValues()
-		members[t.member].GetStructValue().Fields["template"] = v
-	}
-	return res, nil
+	return n
 }
 
-func toResource(obj any) (*fnv1.Resource, error) {
-	b, err := json.Marshal(obj)
-	if err != nil {
-		return nil, fmt.Errorf("cannot encode a composed resource: %w", err)
+// keepAsObserved writes a replica kept as observed, and its endpoint if it
+// has one, exactly as they are observed. A replica this XR does not compose
+// (none is observed of it) is not this XR's to keep: false.
+func keepAsObserved(rsp *fnv1.RunFunctionResponse, p scheduling.Placement, observed map[string]*fnv1.Resource) (composedReplica, bool) {
+	key, obs := observedReplica(p, observed)
+	if obs == nil {
+		return composedReplica{}, false
 	}
-	// Through encoding/json's any: twice as fast as protojson, whose
-	// decoder took a millisecond for eight vLLM replicas.
-	var fields map[string]any
-	if err := json.Unmarshal(b, &fields); err != nil {
-		return nil, fmt.Errorf("cannot encode a composed resource: %w", err)
+	keep := func(key string, obs *fnv1.Resource) {
+		desired := &fnv1.Resource{Resource: compose.DesiredFromObserved(obs.GetResource())}
+		if isReady(obs) {
+			desired.Ready = fnv1.Ready_READY_TRUE
+		}
+		rsp.Desired.Resources[key] = desired
 	}
-	s, err := structpb.NewStruct(fields)
-	if err != nil {
-		return nil, fmt.Errorf("cannot encode a composed resource: %w", err)
+	keep(key, obs)
+	if endpoint, ok := observed[compose.EndpointKeyOf(key)]; ok {
+		keep(compose.EndpointKeyOf(key), endpoint)
 	}
-	return &fnv1.Resource{Resource: s}, nil
+	return composedReplica{cluster: p.Cluster, observed: true, ready: isReady(obs)}, true
 }
 
-// isReady reads an observed composed resource's Ready condition.
-func isReady(r *fnv1.Resource) bool {
-	conds := r.GetResource().GetFields()["status"].GetStructValue().GetFields()["conditions"].GetListValue().GetValues()
-	for _, c := range conds {
-		f := c.GetStructValue().GetFields()
-		if f["type"].GetStringValue() == "Ready" {
-			return f["status"].GetStringValue() == "True"
+// observedReplica is the observed composed ModelReplica of a placement kept
+// as observed: under its key, or, when its identity did not read, the one
+// of its name.
+func observedReplica(p scheduling.Placement, observed map[string]*fnv1.Resource) (string, *fnv1.Resource) {
+	name := func(r *fnv1.Resource) string {
+		return r.GetResource().GetFields()["metadata"].GetStructValue().GetFields()["name"].GetStringValue()
+	}
+	if key := compose.ReplicaKey(p); p.Cluster != "" && name(observed[key]) == p.Name {
+		return key, observed[key]
+	}
+	keys := make([]string, 0, len(observed))
+	for k := range observed {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if compose.IsReplicaKey(k) && name(observed[k]) == p.Name {
+			return k, observed[k]
 		}
 	}
-	return false
+	return "", nil
 }
 
 // keepObserved answers a nodeSelector that does not compile: nothing new is
@@ -283,22 +297,23 @@ func keepObserved(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, i
 	sort.Strings(keys)
 	total, ready := 0, 0
 	for _, k := range keys {
-		if !strings.HasPrefix(k, "replica-") && !strings.HasPrefix(k, "endpoint-") {
+		if !compose.IsComposedKey(k) {
 			continue
 		}
 		observed := req.GetObserved().GetResources()[k]
-		desired := &fnv1.Resource{Resource: desiredFromObserved(observed.GetResource())}
+		desired := &fnv1.Resource{Resource: compose.DesiredFromObserved(observed.GetResource())}
 		if isReady(observed) {
 			desired.Ready = fnv1.Ready_READY_TRUE
 		}
 		rsp.Desired.Resources[k] = desired
-		if strings.HasPrefix(k, "replica-") {
+		if compose.IsReplicaKey(k) {
 			total++
 			if isReady(observed) {
 				ready++
 			}
 		}
 	}
+	setReadyCondition(rsp, total, ready)
 	return writeStatus(rsp, total, ready)
 }
 
@@ -312,24 +327,8 @@ func writeStatus(rsp *fnv1.RunFunctionResponse, total, ready int) error {
 	return nil
 }
 
-// desiredFromObserved keeps what we compose of an object: its type, name,
-// namespace, labels and spec.
-func desiredFromObserved(s *structpb.Struct) *structpb.Struct {
-	out := &structpb.Struct{Fields: map[string]*structpb.Value{}}
-	for _, k := range []string{"apiVersion", "kind", "spec"} {
-		if v, ok := s.GetFields()[k]; ok {
-			out.Fields[k] = v
-		}
-	}
-	md := &structpb.Struct{Fields: map[string]*structpb.Value{}}
-	for _, k := range []string{"name", "namespace", "labels"} {
-		if v, ok := s.GetFields()["metadata"].GetStructValue().GetFields()[k]; ok {
-			md.Fields[k] = v
-		}
-	}
-	out.Fields["metadata"] = structpb.NewStructValue(md)
-	return out
-}
+// isReady reads an observed composed resource's Ready condition.
+func isReady(r *fnv1.Resource) bool { return compose.IsReady(r.GetResource()) }
 
 // setTTL asks to be called again no later than when the freshest-but-expiring
 // usable observation goes stale, so a silent agent is noticed.

@@ -3,22 +3,25 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/crossplane/function-sdk-go/logging"
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/codec"
+	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -60,6 +63,10 @@ func request(t *testing.T, xr *v1alpha1.ModelDeployment, clusters []any, replica
 	}
 }
 
+// noCacheReferenced is ModelCacheResolved of a deployment that references
+// no ModelCache.
+var noCacheReferenced = cond(condModelCacheResolved, trueS, reasonNoCacheReferenced, "No ModelCache is referenced")
+
 func cond(typ string, status fnv1.Status, reason, msg string) *fnv1.Condition {
 	c := &fnv1.Condition{Type: typ, Status: status, Reason: reason, Target: fnv1.Target_TARGET_COMPOSITE.Enum()}
 	if msg != "" {
@@ -94,144 +101,6 @@ const (
 	trueS  = fnv1.Status_STATUS_CONDITION_TRUE
 	falseS = fnv1.Status_STATUS_CONDITION_FALSE
 )
-
-func TestRunFunctionHandshake(t *testing.T) {
-	xr := fx.Deployment("m").ClusterSelector(map[string]string{"tier": "prod"}).Cache("qwen").Obj()
-	ns := fx.Namespace
-	want := &fnv1.Requirements{Resources: map[string]*fnv1.ResourceSelector{
-		requiredReplicas: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelReplica, Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{}}},
-		requiredCache:    {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelCache, Match: &fnv1.ResourceSelector_MatchName{MatchName: "qwen"}, Namespace: &ns},
-		requiredClusters: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindInferenceCluster, Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{"tier": "prod"}}}},
-	}}
-	cache := &v1alpha1.ModelCache{
-		TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelCache},
-		Metadata: v1alpha1.ObjectMeta{Name: "qwen", Namespace: ns},
-		Spec:     v1alpha1.ModelCacheSpec{ClusterSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}}},
-	}
-	withCache := clone(want)
-	withCache.Resources[requiredClusters].Match = &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{"tier": "prod", "region": "eu"}}}
-
-	cases := map[string]struct {
-		reason string
-		req    *fnv1.RunFunctionRequest
-		want   *fnv1.Requirements
-		placed bool
-	}{
-		"FirstCall": {
-			reason: "Before anything is resolved the function asks for every required resource and places nothing.",
-			req:    &fnv1.RunFunctionRequest{Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: toStruct(t, xr)}}},
-			want:   want,
-		},
-		"CacheResolved": {
-			reason: "Once the ModelCache resolves, its footprint narrows the clusters asked for.",
-			req: &fnv1.RunFunctionRequest{
-				Observed:          &fnv1.State{Composite: &fnv1.Resource{Resource: toStruct(t, xr)}},
-				RequiredResources: map[string]*fnv1.Resources{requiredCache: resources(t, cache)},
-			},
-			want: withCache,
-		},
-		"AllResolved": {
-			reason: "With everything resolved the requirements are the same and replicas are placed.",
-			req: &fnv1.RunFunctionRequest{
-				Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: toStruct(t, xr)}},
-				RequiredResources: map[string]*fnv1.Resources{
-					requiredCache:    resources(t, cache),
-					requiredClusters: resources(t, fx.Cluster("a").Obj()),
-					requiredReplicas: resources(t),
-				},
-			},
-			want:   withCache,
-			placed: true,
-		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			rsp := run(t, tc.req)
-			if diff := cmp.Diff(tc.want, rsp.GetRequirements(), protocmp.Transform()); diff != "" {
-				t.Errorf("%s\nRunFunction(...) requirements: -want, +got:\n%s", tc.reason, diff)
-			}
-			if got := len(rsp.GetDesired().GetResources()) > 0; got != tc.placed {
-				t.Errorf("%s\nRunFunction(...) placed replicas: want %t, got %t", tc.reason, tc.placed, got)
-			}
-		})
-	}
-}
-
-func clone(r *fnv1.Requirements) *fnv1.Requirements {
-	return proto.Clone(r).(*fnv1.Requirements)
-}
-
-func TestRunFunctionFatal(t *testing.T) {
-	xr := fx.Deployment("m").Obj()
-	input := func(s string) *structpb.Struct {
-		st := &structpb.Struct{}
-		if err := protojson.Unmarshal([]byte(s), st); err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
-	badXR := toStruct(t, xr)
-	badXR.Fields["spec"].GetStructValue().Fields["replicas"] = structpb.NewStringValue("three")
-
-	cases := map[string]struct {
-		reason string
-		req    *fnv1.RunFunctionRequest
-		want   string
-	}{
-		"UnparseableDuration": {
-			reason: "An observationMaxAge that is not a duration is Fatal and names the field.",
-			req: func() *fnv1.RunFunctionRequest {
-				r := request(t, xr, nil, nil)
-				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","observationMaxAge":"five minutes"}`)
-				return r
-			}(),
-			want: `invalid Function input: observationMaxAge: Invalid value: "five minutes": must be a duration such as 5m or 90s`,
-		},
-		"NegativeDuration": {
-			reason: "A negative observationMaxAge is out of range.",
-			req: func() *fnv1.RunFunctionRequest {
-				r := request(t, xr, nil, nil)
-				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","observationMaxAge":"-1m"}`)
-				return r
-			}(),
-			want: `invalid Function input: observationMaxAge: Invalid value: "-1m": must be positive`,
-		},
-		"UnknownBinding": {
-			reason: "An unknown assumedBinding is Fatal and names the field and the supported values.",
-			req: func() *fnv1.RunFunctionRequest {
-				r := request(t, xr, nil, nil)
-				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","assumedBinding":"Random"}`)
-				return r
-			}(),
-			want: `invalid Function input: assumedBinding: Unsupported value: "Random": supported values: "MostFree", "LeastFree"`,
-		},
-		"WrongTypeInXR": {
-			reason: "An XR field of the wrong type is Fatal and names the field.",
-			req:    &fnv1.RunFunctionRequest{Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: badXR}}},
-			want:   "cannot read ModelDeployment: spec.replicas: cannot use a JSON string as int64",
-		},
-		"DuplicateEngineNames": {
-			reason: "Two engines of one name are refused, naming the field, rather than composed.",
-			req: request(t, fx.Deployment("m").Engines(fx.Standalone("main", fx.GPURequest(1)), fx.Gang("main", 1, fx.GPURequest(1))).Obj(),
-				[]any{fx.Cluster("a").Obj()}, nil),
-			want: `invalid ModelDeployment: spec.template.spec.engines[1].name: Duplicate value: "main"`,
-		},
-		"MissingXR": {
-			reason: "A request without an observed XR is Fatal, not a panic.",
-			req:    &fnv1.RunFunctionRequest{},
-			want:   "cannot read ModelDeployment: it is missing from the request",
-		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			rsp := run(t, tc.req)
-			want := []*fnv1.Result{result(fnv1.Severity_SEVERITY_FATAL, tc.want)}
-			if diff := cmp.Diff(want, rsp.GetResults(), protocmp.Transform()); diff != "" {
-				t.Errorf("%s\nRunFunction(...) results: -want, +got:\n%s", tc.reason, diff)
-			}
-		})
-	}
-}
 
 // readyReplica is a composed ModelReplica as Crossplane observes it, Ready.
 func observedReady(t *testing.T, obj any) *fnv1.Resource {
@@ -285,6 +154,7 @@ func TestRunFunctionCompose(t *testing.T) {
 		t.Errorf("the composed ModelReplica: -want, +got:\n%s", diff)
 	}
 	wantConds := []*fnv1.Condition{
+		noCacheReferenced,
 		cond(condReplicasScheduled, falseS, reasonScheduling, ""),
 		cond(condReplicasReady, falseS, reasonModelStarting, "0 of 2 ready"),
 		cond(condCapacityObserved, falseS, reasonWholeNodeFallback, "Whole-node accounting for a/default (no observation), b/default (no observation)"),
@@ -326,6 +196,7 @@ func TestRunFunctionCompose(t *testing.T) {
 		t.Errorf("replica-a-0 ready: want READY_TRUE, got %v", got)
 	}
 	wantConds = []*fnv1.Condition{
+		noCacheReferenced,
 		cond(condReplicasScheduled, trueS, reasonReplicasCreated, "Scheduled 2 of 2 replicas"),
 		cond(condReplicasReady, falseS, reasonModelStarting, "1 of 2 ready"),
 		cond(condCapacityObserved, falseS, reasonWholeNodeFallback, "Whole-node accounting for a/default (no observation), b/default (no observation)"),
@@ -356,166 +227,6 @@ func replicaFrom(t *testing.T, rsp *fnv1.RunFunctionResponse, key string) *v1alp
 	return r
 }
 
-func TestRunFunctionConditions(t *testing.T) {
-	fresh := now.Add(-time.Minute)
-	observed := fx.Cluster("a").Pools(fx.Pool("default", 2).Devices(fx.GPU("gpu", 1, "141Gi")).Observed(fresh, 2, fx.NodesFree(2, "gpu", 1)).Obj()).Obj()
-	invalid := fx.Cluster("b").Pools(fx.Pool("default", 2).Devices(fx.GPU("gpu", 1, "141Gi")).Observed(fresh, 2, fx.NodesFree(2, "gpu", 5)).Obj()).Obj()
-	stale := fx.Cluster("c").Pools(fx.Pool("default", 2).Devices(fx.GPU("gpu", 1, "141Gi")).Observed(now.Add(-7*time.Minute), 2, fx.NodesFree(2, "gpu", 1)).Obj()).Obj()
-
-	type want struct {
-		conds   map[string]*fnv1.Condition
-		results []*fnv1.Result
-		ttl     time.Duration
-		keys    []string
-	}
-	cases := map[string]struct {
-		reason string
-		req    *fnv1.RunFunctionRequest
-		want   want
-	}{
-		"AllObserved": {
-			reason: "Every pool of every Ready cluster accounted by free devices; the TTL ends when the report goes stale.",
-			req:    request(t, fx.Deployment("m").Obj(), []any{observed}, nil),
-			want: want{
-				conds:   map[string]*fnv1.Condition{condCapacityObserved: cond(condCapacityObserved, trueS, reasonAllPoolsObserved, "Every pool of every Ready cluster is accounted by free devices")},
-				results: []*fnv1.Result{result(fnv1.Severity_SEVERITY_NORMAL, "Scheduled 1 replicas across 1 clusters: a")},
-				ttl:     time.Minute,
-				keys:    []string{"replica-a-0"},
-			},
-		},
-		"ExpiringObservationShortensTTL": {
-			reason: "A usable report 4m30s old with a 5m maximum age is reconciled again in 30s.",
-			req: request(t, fx.Deployment("m").Obj(), []any{fx.Cluster("a").Pools(fx.Pool("default", 2).Devices(fx.GPU("gpu", 1, "141Gi")).
-				Observed(now.Add(-270*time.Second), 2, fx.NodesFree(2, "gpu", 1)).Obj()).Obj()}, nil),
-			want: want{
-				conds:   map[string]*fnv1.Condition{condCapacityObserved: cond(condCapacityObserved, trueS, reasonAllPoolsObserved, "Every pool of every Ready cluster is accounted by free devices")},
-				results: []*fnv1.Result{result(fnv1.Severity_SEVERITY_NORMAL, "Scheduled 1 replicas across 1 clusters: a")},
-				ttl:     30 * time.Second,
-				keys:    []string{"replica-a-0"},
-			},
-		},
-		"InvalidAndStaleFallBack": {
-			reason: "An invalid report warns naming cluster, pool and field; a stale one says for how long; both fall back.",
-			req:    request(t, fx.Deployment("m").Replicas(3).Obj(), []any{observed, invalid, stale}, nil),
-			want: want{
-				conds: map[string]*fnv1.Condition{condCapacityObserved: cond(condCapacityObserved, falseS, reasonWholeNodeFallback,
-					"Whole-node accounting for b/default (invalid observation: nodesByFreeDevices[0].free[0].count: 5 free gpu is more than the 1 a node has), c/default (observation stale for 7m0s)")},
-				results: []*fnv1.Result{
-					result(fnv1.Severity_SEVERITY_WARNING, "InferenceCluster b pool default: invalid observation, using whole-node accounting: nodesByFreeDevices[0].free[0].count: 5 free gpu is more than the 1 a node has"),
-					result(fnv1.Severity_SEVERITY_NORMAL, "Scheduled 3 replicas across 3 clusters: a, b, c"),
-				},
-				ttl:  time.Minute,
-				keys: []string{"replica-a-0", "replica-b-0", "replica-c-0"},
-			},
-		},
-		"NoClusters": {
-			reason: "No InferenceClusters: NoClusters and a warning, as Modelplane.",
-			req:    request(t, fx.Deployment("m").Obj(), nil, nil),
-			want: want{
-				conds:   map[string]*fnv1.Condition{condReplicasScheduled: cond(condReplicasScheduled, falseS, reasonNoClusters, "")},
-				results: []*fnv1.Result{result(fnv1.Severity_SEVERITY_WARNING, "No InferenceClusters found")},
-				ttl:     time.Minute,
-			},
-		},
-		"InsufficientCapacityExplained": {
-			reason: "Nothing fits: the message counts clusters and says why each cannot host a replica.",
-			req:    request(t, fx.Deployment("m").Obj(), []any{fx.Cluster("a").NotReady().Obj(), fx.Cluster("b").Taint("gpu", "", "NoSchedule").Obj()}, nil),
-			want: want{
-				conds: map[string]*fnv1.Condition{condReplicasScheduled: cond(condReplicasScheduled, falseS, reasonInsufficientCapacity,
-					"0 of 1 replicas scheduled (checked 2 clusters); 0/2 clusters can host another replica: a: not Ready; b: untolerated taint gpu:NoSchedule")},
-				ttl: time.Minute,
-			},
-		},
-		"PartialFirstPlacementExplained": {
-			reason: "Fewer placed than wanted on the first pass: Scheduling, with how many and why no cluster fits another.",
-			req:    request(t, fx.Deployment("m").Replicas(2).Obj(), []any{fx.Cluster("a").Pools(fx.Pool("default", 1).Devices(fx.GPU("gpu", 1, "141Gi")).Obj()).Obj()}, nil),
-			want: want{
-				conds: map[string]*fnv1.Condition{condReplicasScheduled: cond(condReplicasScheduled, falseS, reasonScheduling,
-					"Scheduled 1 of 2 replicas; 0/1 clusters can host another replica: a: engine main: pool default needs 1 free node, has 0")},
-				results: []*fnv1.Result{result(fnv1.Severity_SEVERITY_NORMAL, "Scheduled 1 replicas across 1 clusters: a")},
-				ttl:     time.Minute,
-				keys:    []string{"replica-a-0"},
-			},
-		},
-		"CacheNotFoundHoldsPlacement": {
-			reason: "A referenced ModelCache that does not exist keeps existing replicas and places none.",
-			req: func() *fnv1.RunFunctionRequest {
-				r := request(t, fx.Deployment("m").Replicas(2).Cache("qwen").Obj(), []any{fx.Cluster("a").Obj()}, []any{fx.Replica("m", "a", 0).Obj()})
-				r.RequiredResources[requiredCache] = &fnv1.Resources{}
-				return r
-			}(),
-			want: want{
-				conds: map[string]*fnv1.Condition{condModelCacheResolved: cond(condModelCacheResolved, falseS, reasonCacheNotFound, "ModelCache qwen not found; holding replica placement")},
-				results: []*fnv1.Result{
-					result(fnv1.Severity_SEVERITY_WARNING, "ModelCache qwen not found; holding replica placement"),
-					result(fnv1.Severity_SEVERITY_NORMAL, "Scheduled 1 replicas across 1 clusters: a"),
-				},
-				ttl:  time.Minute,
-				keys: []string{"replica-a-0"},
-			},
-		},
-		"MalformedDeviceFieldWarnsAndKeeps": {
-			reason: "A device capacity DRA cannot read is left out and warned of; a replica whose selector does not read it stays.",
-			req: func() *fnv1.RunFunctionRequest {
-				c := fx.Cluster("a").Obj()
-				c.Status.GPUPools[0].Devices[0].Capacity["bandwidth"] = v1alpha1.DeviceCapacityVal{Value: "fast"}
-				c.Status.GPUPools[0].Devices[0].Attributes["cc"] = v1alpha1.DeviceAttribute{Version: new("9.x")}
-				return request(t, fx.Deployment("m").Obj(), []any{c}, []any{fx.Replica("m", "a", 0).Obj()})
-			}(),
-			want: want{
-				results: []*fnv1.Result{
-					result(fnv1.Severity_SEVERITY_WARNING, `InferenceCluster a pool default: devices[gpu].attributes[cc]: "9.x" is not a semantic version; selectors that read it do not match the device`),
-					result(fnv1.Severity_SEVERITY_WARNING, `InferenceCluster a pool default: devices[gpu].capacity[bandwidth]: "fast" is not a quantity; selectors that read it do not match the device`),
-					result(fnv1.Severity_SEVERITY_NORMAL, "Scheduled 1 replicas across 1 clusters: a"),
-				},
-				ttl:  time.Minute,
-				keys: []string{"replica-a-0"},
-			},
-		},
-		"GarbageTimestampOnReplica": {
-			reason: "A PodsScheduled condition with a garbage time warns and the replica is charged.",
-			req:    request(t, fx.Deployment("m").Obj(), []any{observed}, []any{fx.Replica("other", "a", 0).Conditions(v1alpha1.Condition{Type: "PodsScheduled", Status: "True", LastTransitionTime: "yesterday"}).Obj()}),
-			want: want{
-				results: []*fnv1.Result{
-					result(fnv1.Severity_SEVERITY_WARNING, `ModelReplica ml-team/other-a-0: status.conditions[0].lastTransitionTime: "yesterday" is not an RFC 3339 time; treating its pods as not yet counted by any observation`),
-					result(fnv1.Severity_SEVERITY_NORMAL, "Scheduled 1 replicas across 1 clusters: a"),
-				},
-				ttl:  time.Minute,
-				keys: []string{"replica-a-0"},
-			},
-		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			rsp := run(t, tc.req)
-			for typ, want := range tc.want.conds {
-				var got *fnv1.Condition
-				for _, c := range rsp.GetConditions() {
-					if c.GetType() == typ {
-						got = c
-					}
-				}
-				if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
-					t.Errorf("%s\nRunFunction(...) condition %s: -want, +got:\n%s", tc.reason, typ, diff)
-				}
-			}
-			if diff := cmp.Diff(tc.want.results, rsp.GetResults(), protocmp.Transform(), cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("%s\nRunFunction(...) results: -want, +got:\n%s", tc.reason, diff)
-			}
-			if diff := cmp.Diff(durationpb.New(tc.want.ttl), rsp.GetMeta().GetTtl(), protocmp.Transform()); diff != "" {
-				t.Errorf("%s\nRunFunction(...) TTL: -want, +got:\n%s", tc.reason, diff)
-			}
-			var keys []string
-			for k := range rsp.GetDesired().GetResources() {
-				keys = append(keys, k)
-			}
-			if diff := cmp.Diff(tc.want.keys, keys, cmpopts.SortSlices(func(a, b string) bool { return a < b }), cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("%s\nRunFunction(...) desired resources: -want, +got:\n%s", tc.reason, diff)
-			}
-		})
-	}
-}
-
 func TestRunFunctionInvalidSelectorKeepsReplicas(t *testing.T) {
 	xr := fx.Deployment("m").Engines(fx.Standalone("main", fx.Request("gpu", 1, "device.driver =="))).Obj()
 	req := request(t, xr, []any{fx.Cluster("a").Obj()}, nil)
@@ -532,73 +243,311 @@ func TestRunFunctionInvalidSelectorKeepsReplicas(t *testing.T) {
 	if diff := cmp.Diff(wantStatus, rsp.GetDesired().GetComposite().GetResource().GetFields()["status"], protocmp.Transform()); diff != "" {
 		t.Errorf("XR status counts the replicas kept: -want, +got:\n%s", diff)
 	}
-	c := rsp.GetConditions()[0]
+	var c *fnv1.Condition
+	for _, cc := range rsp.GetConditions() {
+		if cc.GetType() == condReplicasScheduled {
+			c = cc
+		}
+	}
 	wantPrefix := "Invalid nodeSelector CEL expression: engine main member 0 (Standalone) request gpu: selector #0: compilation failed: ERROR: <input>:1:17: Syntax error"
 	if c.GetReason() != reasonInvalidNodeSelector || c.GetStatus() != falseS || !strings.HasPrefix(c.GetMessage(), wantPrefix) {
 		t.Errorf("ReplicasScheduled: want False, %s, a message starting %q; got %v", reasonInvalidNodeSelector, wantPrefix, c)
 	}
 }
 
-func TestRunFunctionWarningsDoNotDependOnOrder(t *testing.T) {
-	garbage := func(name string) *v1alpha1.ModelReplica {
-		return fx.Replica("other", "a", 0).Name(name).Conditions(v1alpha1.Condition{Type: "PodsScheduled", Status: "True", LastTransitionTime: "soon"}).Obj()
+// testCodec is the request codec, as main.go makes it.
+var testCodec = codec.New(requiredClusters, requiredReplicas)
+
+// serve runs f on a request as the server receives it, through the request
+// codec.
+func serve(t *testing.T, f *Function, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+	t.Helper()
+	wire, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatalf("proto.Marshal(...): %v", err)
 	}
-	bad := func(name string) *v1alpha1.InferenceCluster {
-		return fx.Cluster(name).Pools(fx.Pool("default", 2).Devices(fx.GPU("gpu", 1, "141Gi")).RawObservation(`"2026-10-20T20:07:00Z"`, `{"b":1,"a":2,"c":3}`, `[]`).Obj()).Obj()
+	// Through the codec, as the server decodes it: into a recycled copy.
+	served := &fnv1.RunFunctionRequest{}
+	if err := testCodec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, served); err != nil {
+		t.Fatalf("Unmarshal(...): %v", err)
 	}
-	xr := fx.Deployment("m").Obj()
-	first := run(t, request(t, xr, []any{bad("a"), bad("b")}, []any{garbage("r1"), garbage("r2")}))
-	for range 10 {
-		again := run(t, request(t, xr, []any{bad("b"), bad("a")}, []any{garbage("r2"), garbage("r1")}))
-		if diff := cmp.Diff(first.GetResults(), again.GetResults(), protocmp.Transform()); diff != "" {
-			t.Fatalf("results depend on the order of the inputs: -first, +again:\n%s", diff)
-		}
-		if diff := cmp.Diff(first.GetConditions(), again.GetConditions(), protocmp.Transform()); diff != "" {
-			t.Fatalf("conditions depend on the order of the inputs: -first, +again:\n%s", diff)
-		}
+	rsp, err := testCodec.Server(f).RunFunction(context.Background(), served)
+	if err != nil {
+		t.Fatalf("RunFunction(...): %v", err)
 	}
-	if n := len(first.GetResults()); n != 5 {
-		t.Errorf("want 4 warnings and 1 event, got %d results: %v", n, first.GetResults())
+	return rsp
+}
+
+// replicaObject is a ModelReplica as generic JSON, to give any field any
+// type.
+// replicaObject is a ModelReplica of a deployment at index 0 on a cluster,
+// its engines and conditions as given: any types, to make one that does not
+// read.
+func replicaObject(deployment, name string, cluster, engines, conditions any) map[string]any {
+	return map[string]any{
+		"apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelReplica",
+		"metadata": map[string]any{"name": name, "namespace": fx.Namespace, "labels": map[string]any{
+			"modelplane.ai/deployment": deployment, "modelplane.ai/replica-index": "0",
+		}},
+		"spec":   map[string]any{"clusterName": cluster, "engines": engines},
+		"status": map[string]any{"conditions": conditions},
 	}
 }
 
-func TestReplicaResourceSharesTemplates(t *testing.T) {
-	// Converting each distinct template once, and sharing it, writes what
-	// converting each replica whole writes.
-	vllm := json.RawMessage(`{"spec":{"containers":[{"name":"vllm","args":["--port","8000"],"env":[{"name":"A","value":"<&>"}]}]}}`)
-	other := json.RawMessage(`{"metadata":{"labels":{"a":"b"}},"spec":{"containers":[]}}`)
-	replica := func(templates ...json.RawMessage) *v1alpha1.ModelReplica {
-		r := fx.Replica("m", "a", 0).Obj()
-		e := v1alpha1.ReplicaEngine{Name: "main"}
-		for _, tmpl := range templates {
-			e.Members = append(e.Members, v1alpha1.ReplicaMember{Role: v1alpha1.RoleStandalone, NodePoolName: "p", Template: tmpl})
-		}
-		r.Spec.Engines = []v1alpha1.ReplicaEngine{e, {Name: "second", Members: []v1alpha1.ReplicaMember{{Role: v1alpha1.RoleStandalone, Template: vllm}}}}
-		return r
+// TestRunFunctionUnreadableObjects: an InferenceCluster or a ModelReplica
+// that does not read never stops the rest of the fleet (CONTRACT 4.4). It
+// is warned of by name and field; the deployment's own replica, or one on a
+// cluster that does not read, stays desired exactly as observed; another
+// deployment's is charged conservatively; only the XR and the input are
+// Fatal.
+func TestRunFunctionUnreadableObjects(t *testing.T) {
+	observedAt := now.Add(-time.Minute)
+	// a has one one-GPU node, free.
+	oneNode := func(name string) *v1alpha1.InferenceCluster {
+		return fx.Cluster(name).Pools(fx.Pool("default", 1).Devices(fx.GPU("gpu", 1, "80Gi")).
+			Observed(observedAt, 1, fx.NodesFree(1, "gpu", 1)).Obj()).Obj()
 	}
-	templates := map[string]*structpb.Value{}
-	for name, r := range map[string]*v1alpha1.ModelReplica{
-		"one":           replica(vllm),
-		"two distinct":  replica(vllm, other),
-		"none, a null":  replica(nil, json.RawMessage(`null`)),
-		"again, shared": replica(other, vllm),
-	} {
-		want, err := toResource(r)
-		if err != nil {
-			t.Fatalf("%s: toResource(...): %v", name, err)
-		}
-		got, err := replicaResource(r, templates)
-		if err != nil {
-			t.Fatalf("%s: replicaResource(...): %v", name, err)
-		}
-		if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
-			t.Errorf("%s: replicaResource(...): toResource's -want, +got:\n%s", name, diff)
-		}
-		if len(r.Spec.Engines[1].Members[0].Template) == 0 {
-			t.Errorf("%s: replicaResource(...) changed the replica it was given", name)
+	malformedCluster := func(name string) map[string]any {
+		c := toStruct(t, oneNode(name)).AsMap()
+		c["status"].(map[string]any)["conditions"].([]any)[0].(map[string]any)["status"] = true
+		return c
+	}
+	xr := fx.Deployment("m").Engines(fx.Standalone("main", fx.GPURequest(1))).Obj()
+	badEngines := []any{map[string]any{"name": "main", "copies": "two", "members": []any{}}}
+	scheduledBefore := []any{map[string]any{"type": "PodsScheduled", "status": "True", "lastTransitionTime": observedAt.Add(-time.Minute).Format(time.RFC3339)}}
+	goodEngines := toStruct(t, fx.Replica("x", "a", 0).Obj()).AsMap()["spec"].(map[string]any)["engines"]
+	// ours is an observed composed replica, as Crossplane sends it back.
+	ours := func(cluster string) *fnv1.Resource {
+		return &fnv1.Resource{Resource: toStruct(t, fx.Replica("m", cluster, 0).Name(compose.ReplicaName("m", cluster, 0)).Obj())}
+	}
+	oursNamed := func(cluster string, engines any) map[string]any {
+		return replicaObject("m", compose.ReplicaName("m", cluster, 0), cluster, engines, nil)
+	}
+
+	type want struct {
+		// warnings are substrings of the Warning results, one each.
+		warnings []string
+		// keptAsObserved are keys desired exactly as observed.
+		keptAsObserved []string
+		// placed are the keys of the other replicas composed.
+		placed []string
+	}
+	cases := map[string]struct {
+		reason   string
+		clusters []any
+		replicas []any
+		observed map[string]*fnv1.Resource
+		want     want
+	}{
+		"OwnUnreadableStaysAsObserved": {
+			reason:   "The deployment's replica whose engines do not read stays desired as observed, counts toward spec.replicas, and nothing replaces it.",
+			clusters: []any{oneNode("a"), oneNode("b")},
+			replicas: []any{oursNamed("a", badEngines)},
+			observed: map[string]*fnv1.Resource{"replica-a-0": ours("a")},
+			want: want{
+				warnings:       []string{"cannot read ModelReplica ml-team/" + compose.ReplicaName("m", "a", 0) + ": spec.engines[0].copies: cannot use a string as a whole number; it is this deployment's, and stays as observed"},
+				keptAsObserved: []string{"replica-a-0"},
+			},
+		},
+		"OwnUnreadableWithoutClusters": {
+			reason:   "With no cluster at all, the replica that does not read still stays as observed.",
+			replicas: []any{oursNamed("a", badEngines)},
+			observed: map[string]*fnv1.Resource{"replica-a-0": ours("a")},
+			want: want{
+				warnings:       []string{"spec.engines[0].copies", "No InferenceClusters found"},
+				keptAsObserved: []string{"replica-a-0"},
+			},
+		},
+		"OwnUnreadableClusterNameFoundByName": {
+			reason:   "When the replica's own cluster name does not read, it is found among the observed composed resources by name.",
+			clusters: []any{oneNode("a")},
+			replicas: []any{replicaObject("m", compose.ReplicaName("m", "a", 0), 7.0, badEngines, nil)},
+			observed: map[string]*fnv1.Resource{"replica-a-0": ours("a")},
+			want: want{
+				warnings:       []string{"spec.clusterName: cannot use a number as a string; it is this deployment's"},
+				keptAsObserved: []string{"replica-a-0"},
+			},
+		},
+		"OwnOnMalformedClusterStaysAsObserved": {
+			reason:   "A cluster whose Ready status is a boolean does not read: it takes no new replica, names its field, and the deployment's replica on it stays as observed; the second replica goes to b.",
+			clusters: []any{malformedCluster("a"), oneNode("b")},
+			replicas: []any{oursNamed("a", goodEngines)},
+			observed: map[string]*fnv1.Resource{"replica-a-0": ours("a")},
+			want: want{
+				warnings:       []string{"cannot read InferenceCluster a: status.conditions[0].status: cannot use a boolean as a string; it takes no new replicas"},
+				keptAsObserved: []string{"replica-a-0"},
+			},
+		},
+		"MalformedPoolCountSkipsTheCluster": {
+			reason: "A cluster whose pool's nodes is a string does not read; the replica goes to the other cluster.",
+			clusters: []any{func() map[string]any {
+				c := toStruct(t, oneNode("a")).AsMap()
+				c["status"].(map[string]any)["gpuPools"].([]any)[0].(map[string]any)["nodes"] = "three"
+				return c
+			}(), oneNode("b")},
+			want: want{
+				warnings: []string{"cannot read InferenceCluster a: status.gpuPools[0].nodes: cannot use a string as a whole number"},
+				placed:   []string{"replica-b-0"},
+			},
+		},
+		"OtherUnreadableEnginesTakeAWholeNode": {
+			reason:   "Another deployment's replica whose engines do not read could hold any pool of its cluster: it is charged a whole node of each, and the one node is taken. Its conditions, not a list, are a finding of their own.",
+			clusters: []any{oneNode("a")},
+			replicas: []any{replicaObject("other", "other-a-0", "a", badEngines, "not a list")},
+			want: want{
+				warnings: []string{
+					"cannot read ModelReplica ml-team/other-a-0: spec.engines[0].copies: cannot use a string as a whole number; its pools do not read, so it is charged a whole node of every pool of a",
+					"ModelReplica ml-team/other-a-0: status.conditions: not a list; treating its pods as not yet counted",
+				},
+			},
+		},
+		"OtherUnreadableLabelChargedAsUnscheduled": {
+			reason:   "Another deployment's replica whose index label does not read is charged as not scheduled on the pool it is pinned to, though its pods were scheduled before the report: the node is taken.",
+			clusters: []any{oneNode("a")},
+			replicas: []any{func() map[string]any {
+				r := replicaObject("other", "other-a-0", "a", goodEngines, scheduledBefore)
+				r["metadata"].(map[string]any)["labels"].(map[string]any)["modelplane.ai/replica-index"] = 5.0
+				return r
+			}()},
+			want: want{warnings: []string{"metadata.labels.modelplane.ai/replica-index: cannot use a number as a string; it is charged as not scheduled on the pools it is pinned to"}},
+		},
+		"OtherUnreadableClusterChargedNowhere": {
+			reason:   "Another deployment's replica whose cluster does not read cannot be charged anywhere, and says so; the replica is placed.",
+			clusters: []any{oneNode("a")},
+			replicas: []any{replicaObject("other", "other-a-0", 7.0, badEngines, nil)},
+			want: want{
+				warnings: []string{"spec.clusterName: cannot use a number as a string; its cluster does not read either, so it cannot be charged to any pool"},
+				placed:   []string{"replica-a-0"},
+			},
+		},
+		"OtherWithoutNamespaceNamed": {
+			reason:   "A replica without a namespace is named without a slash.",
+			clusters: []any{oneNode("a")},
+			replicas: []any{func() map[string]any {
+				r := replicaObject("other", "other-a-0", "a", badEngines, nil)
+				delete(r["metadata"].(map[string]any), "namespace")
+				return r
+			}()},
+			want: want{warnings: []string{"cannot read ModelReplica other-a-0: spec.engines[0].copies"}},
+		},
+		"OtherSettledNotRead": {
+			reason:   "Another deployment's replica every report counts charges nothing wherever it is pinned: its engines are not read, so not warned of.",
+			clusters: []any{oneNode("a")},
+			replicas: []any{replicaObject("other", "other-a-0", "a", badEngines, scheduledBefore)},
+			want:     want{placed: []string{"replica-a-0"}},
+		},
+		"NullStatusIsNoStatus": {
+			reason:   "A PodsScheduled condition with a null status is not scheduled, as one without a status: no warning, and it is charged.",
+			clusters: []any{oneNode("a"), oneNode("b")},
+			replicas: []any{replicaObject("other", "other-a-0", "a", goodEngines, []any{map[string]any{"type": "PodsScheduled", "status": nil}})},
+			want:     want{placed: []string{"replica-b-0"}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := request(t, xr, tc.clusters, tc.replicas)
+			req.Observed.Resources = tc.observed
+			rsp := run(t, req)
+			var warnings []string
+			for _, r := range rsp.GetResults() {
+				switch r.GetSeverity() {
+				case fnv1.Severity_SEVERITY_FATAL:
+					t.Errorf("%s\nFatal result %q: only the XR and the input may be Fatal", tc.reason, r.GetMessage())
+				case fnv1.Severity_SEVERITY_WARNING:
+					warnings = append(warnings, r.GetMessage())
+				case fnv1.Severity_SEVERITY_NORMAL, fnv1.Severity_SEVERITY_UNSPECIFIED:
+				}
+			}
+			if len(warnings) != len(tc.want.warnings) {
+				t.Errorf("%s\nwarnings: %q, want %d, containing %q", tc.reason, warnings, len(tc.want.warnings), tc.want.warnings)
+			}
+			for _, w := range tc.want.warnings {
+				if !slices.ContainsFunc(warnings, func(got string) bool { return strings.Contains(got, w) }) {
+					t.Errorf("%s\nno warning contains %q in %q", tc.reason, w, warnings)
+				}
+			}
+			var kept, placed []string
+			for key, d := range rsp.GetDesired().GetResources() {
+				if !compose.IsReplicaKey(key) {
+					continue
+				}
+				if obs, ok := tc.observed[key]; ok && proto.Equal(d.GetResource(), compose.DesiredFromObserved(obs.GetResource())) {
+					kept = append(kept, key)
+					continue
+				}
+				placed = append(placed, key)
+			}
+			slices.Sort(kept)
+			slices.Sort(placed)
+			if diff := cmp.Diff(tc.want.keptAsObserved, kept, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("%s\nreplicas desired exactly as observed: -want, +got:\n%s", tc.reason, diff)
+			}
+			if diff := cmp.Diff(tc.want.placed, placed, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("%s\nreplicas composed anew: -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+// TestRunFunctionReplacesStuckReplica: a replica whose pods stayed
+// unscheduled for longer than replaceUnscheduledAfter is re-placed on
+// another cluster, with a Warning that says from where, to where and for
+// how long; the next call, with the old replica still being deleted, keeps
+// the new one and moves nothing.
+func TestRunFunctionReplacesStuckReplica(t *testing.T) {
+	observedAt := now.Add(-time.Minute)
+	// a's one node is taken (say by a pod the agent sees and we do not);
+	// b's is free.
+	a := fx.Cluster("a").Pools(fx.Pool("p1", 1).Devices(fx.GPU("gpu", 8, "80Gi")).Observed(observedAt, 1, fx.NodesFree(1, "gpu", 0)).Obj()).Obj()
+	b := fx.Cluster("b").Pools(fx.Pool("p1", 1).Devices(fx.GPU("gpu", 8, "80Gi")).Observed(observedAt, 1, fx.NodesFree(1, "gpu", 8)).Obj()).Obj()
+	xr := fx.Deployment("m").Engines(fx.Standalone("main", fx.GPURequest(8))).Obj()
+	stuck := fx.Replica("m", "a", 0).Name(compose.ReplicaName("m", "a", 0)).
+		Engines(fx.PinnedStandalone("main", "p1", v1alpha1.DeviceRequest{Name: "gpu", DeviceClassName: fx.GPUClass, Count: 8, Selectors: []v1alpha1.Selector{{CEL: fx.MemAtLeast80Gi}}})).
+		PodsScheduled("False", now.Add(-20*time.Minute)).Obj()
+
+	first := request(t, xr, []any{a, b}, []any{stuck})
+	first.Observed.Resources = map[string]*fnv1.Resource{"replica-a-0": {Resource: toStruct(t, stuck)}}
+	rsp := run(t, first)
+	if _, ok := rsp.GetDesired().GetResources()["replica-a-0"]; ok {
+		t.Errorf("first call: the stuck replica is still desired; it should be dropped for its replacement")
+	}
+	moved := replicaFrom(t, rsp, "replica-b-0")
+	memory, ok := scheduling.ParseReplacement(moved.Metadata.Annotations[v1alpha1.AnnotationReplacement])
+	if want := (scheduling.Replacement{Moves: 1, MovedAt: now, StuckOn: []scheduling.PoolRef{{Cluster: "a", Pool: "p1"}}}); !ok || !cmp.Equal(want, memory) {
+		t.Errorf("first call: the replacement remembers %+v (read %t), want %+v", memory, ok, want)
+	}
+	wantWarning := "Re-placed ModelReplica ml-team/" + stuck.Metadata.Name + " on another cluster: its pods were unscheduled for 20m0s on a/p1; now on b/p1"
+	if !slices.ContainsFunc(rsp.GetResults(), func(r *fnv1.Result) bool {
+		return r.GetSeverity() == fnv1.Severity_SEVERITY_WARNING && r.GetMessage() == wantWarning
+	}) {
+		t.Errorf("first call: no Warning %q in %v", wantWarning, rsp.GetResults())
+	}
+	for _, c := range rsp.GetConditions() {
+		if c.GetType() == condReplicasScheduled && !strings.Contains(c.GetMessage(), "1 replica waits for its pods") {
+			t.Errorf("first call: ReplicasScheduled %q does not count the replica waiting", c.GetMessage())
 		}
 	}
-	if len(templates) != 3 {
-		t.Errorf("replicaResource(...): %d templates converted, want 3 distinct (vllm, other, null)", len(templates))
+
+	// The next call: Crossplane created the new replica (its pods not yet
+	// scheduled) and is deleting the old one.
+	deleting := *stuck
+	deleting.Metadata.DeletionTimestamp = new(now.Format(time.RFC3339))
+	created := *moved
+	created.Status = &v1alpha1.ModelReplicaStatus{Conditions: []any{map[string]any{"type": "PodsScheduled", "status": "False", "lastTransitionTime": now.Format(time.RFC3339)}}}
+	second := request(t, xr, []any{a, b}, []any{&deleting, &created})
+	second.Observed.Resources = map[string]*fnv1.Resource{"replica-b-0": {Resource: toStruct(t, &created)}}
+	rsp = run(t, second)
+	var keys []string
+	for k := range rsp.GetDesired().GetResources() {
+		keys = append(keys, k)
+	}
+	if diff := cmp.Diff([]string{"replica-b-0"}, keys); diff != "" {
+		t.Errorf("second call: composed resources: -want, +got:\n%s", diff)
+	}
+	if got := replicaFrom(t, rsp, "replica-b-0").Metadata.Annotations[v1alpha1.AnnotationReplacement]; got != moved.Metadata.Annotations[v1alpha1.AnnotationReplacement] {
+		t.Errorf("second call: the replacement's memory is %q, want it kept as %q", got, moved.Metadata.Annotations[v1alpha1.AnnotationReplacement])
+	}
+	if slices.ContainsFunc(rsp.GetResults(), func(r *fnv1.Result) bool { return strings.HasPrefix(r.GetMessage(), "Re-placed") }) {
+		t.Errorf("second call: a replica moved again: %v", rsp.GetResults())
 	}
 }

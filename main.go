@@ -5,11 +5,15 @@ package main
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/alecthomas/kong"
 
 	"github.com/crossplane/function-sdk-go"
 
+	"github.com/modelplaneai/fleet-scheduler/internal/assume"
+	"github.com/modelplaneai/fleet-scheduler/internal/codec"
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
@@ -22,13 +26,14 @@ const defaultMaxRecvMessageSizeMB = 64
 type CLI struct {
 	Debug bool `help:"Emit debug logs in addition to info logs." short:"d"`
 
-	Network            string `default:"tcp"                                                                                        help:"Network on which to listen for gRPC connections."`
-	Address            string `default:":9443"                                                                                      help:"Address at which to listen for gRPC connections."`
-	TLSCertsDir        string `env:"TLS_SERVER_CERTS_DIR"                                                                           help:"Directory containing server certs (tls.key, tls.crt) and the CA used to verify client certificates (ca.crt)."                                                                                          name:"tls-server-certs-dir"`
-	Insecure           bool   `help:"Run without mTLS credentials. If you supply this flag --tls-server-certs-dir will be ignored."`
-	MaxRecvMessageSize int    `default:"${max_recv_message_size}"                                                                   help:"Maximum size of received messages in MB; the default holds a request carrying 10,000 ModelReplicas."`
-	MetricsAddress     string `default:":8080"                                                                                      help:"Address at which to serve Prometheus metrics; empty serves none."`
-	ObjectCache        bool   `default:"true"                                                                                       help:"Keep what was read of each InferenceCluster and ModelReplica between calls, by uid and resourceVersion. Turn it off (--no-object-cache) when rendering fixtures edited without a new resourceVersion." negatable:""`
+	Network             string        `default:"tcp"                                                                                        help:"Network on which to listen for gRPC connections."`
+	Address             string        `default:":9443"                                                                                      help:"Address at which to listen for gRPC connections."`
+	TLSCertsDir         string        `env:"TLS_SERVER_CERTS_DIR"                                                                           help:"Directory containing server certs (tls.key, tls.crt) and the CA used to verify client certificates (ca.crt)."                                                                                          name:"tls-server-certs-dir"`
+	Insecure            bool          `help:"Run without mTLS credentials. If you supply this flag --tls-server-certs-dir will be ignored."`
+	MaxRecvMessageSize  int           `default:"${max_recv_message_size}"                                                                   help:"Maximum size of received messages in MB; the default holds a request carrying 10,000 ModelReplicas."`
+	MetricsAddress      string        `default:":8080"                                                                                      help:"Address at which to serve Prometheus metrics; empty serves none."`
+	AssumedPlacementTTL time.Duration `default:"2m"                                                                                         help:"How long to charge, to other deployments' calls, a replica this server composed that the fleet does not show yet (CONTRACT 4.6); 0 assumes nothing."`
+	ObjectCache         bool          `default:"true"                                                                                       help:"Keep what was read of each InferenceCluster and ModelReplica between calls, by uid and resourceVersion. Turn it off (--no-object-cache) when rendering fixtures edited without a new resourceVersion." negatable:""`
 }
 
 // Run this function.
@@ -38,12 +43,18 @@ func (c *CLI) Run() error {
 		return err
 	}
 
-	registerRequestCodec()
+	// The request codec leaves the fleet on the wire for the fleet reader,
+	// and takes each request's buffer back once its call is done.
+	requests := codec.New(requiredClusters, requiredReplicas)
+	requests.Register()
 	fn := &Function{log: log, selectors: scheduling.NewSelectors()}
-	if c.ObjectCache {
-		fn.caches = newCaches()
+	if c.AssumedPlacementTTL > 0 {
+		fn.assumed = assume.New(c.AssumedPlacementTTL)
 	}
-	return function.Serve(fn,
+	if c.ObjectCache {
+		fn.fleet = fleet.NewReader()
+	}
+	return function.Serve(requests.Server(fn),
 		function.Listen(c.Network, c.Address),
 		function.MTLSCertificates(c.TLSCertsDir),
 		function.Insecure(c.Insecure),

@@ -5,13 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -19,14 +15,14 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
-	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
 // options is the validated function input.
 type options struct {
-	maxAge  time.Duration
-	binding scheduling.Binding
+	maxAge       time.Duration
+	binding      scheduling.Binding
+	replaceAfter time.Duration
 }
 
 // readInput reads and validates the optional Input. Errors name the field.
@@ -34,6 +30,8 @@ func readInput(req *fnv1.RunFunctionRequest) (options, error) {
 	opts := options{binding: scheduling.Binding(v1beta1.DefaultAssumedBinding)}
 	maxAge, _ := time.ParseDuration(v1beta1.DefaultObservationMaxAge)
 	opts.maxAge = maxAge
+	replaceAfter, _ := time.ParseDuration(v1beta1.DefaultReplaceUnscheduledAfter)
+	opts.replaceAfter = replaceAfter
 	if req.GetInput() == nil {
 		return opts, nil
 	}
@@ -51,6 +49,17 @@ func readInput(req *fnv1.RunFunctionRequest) (options, error) {
 			errs = append(errs, field.Invalid(field.NewPath("observationMaxAge"), *in.ObservationMaxAge, "must be positive"))
 		default:
 			opts.maxAge = d
+		}
+	}
+	if in.ReplaceUnscheduledAfter != nil {
+		d, err := time.ParseDuration(*in.ReplaceUnscheduledAfter)
+		switch {
+		case err != nil:
+			errs = append(errs, field.Invalid(field.NewPath("replaceUnscheduledAfter"), *in.ReplaceUnscheduledAfter, "must be a duration such as 15m or 1h, or 0s to turn re-placing off"))
+		case d < 0:
+			errs = append(errs, field.Invalid(field.NewPath("replaceUnscheduledAfter"), *in.ReplaceUnscheduledAfter, "must not be negative"))
+		default:
+			opts.replaceAfter = d
 		}
 	}
 	if in.AssumedBinding != nil {
@@ -116,43 +125,40 @@ func describeJSONError(err error) error {
 	return err
 }
 
-// fleet is the resolved required resources.
-type fleet struct {
-	// clusters are read with their pool reports, or found in the cache so.
-	clusters []*observation.ClusterReports
-	// replicas are observed as they are read, or found in the cache so;
-	// findings are what could not be observed of them.
-	replicas []scheduling.Replica
-	findings []observation.ReplicaFinding
-	// observed are the replicas as read or cached, in the same order.
-	observed []*observedReplica
-	// specs are the replicas' specs, still on the wire: readPins reads the
-	// engines of those the scheduler needs.
-	specs []object
-	// cacheRef is the referenced ModelCache, nil when none is referenced.
-	cacheRef *v1alpha1.LocalRef
-	// cacheFound is whether the referenced ModelCache exists.
-	cacheFound bool
-	// warnings are replicas of other deployments that could not be read.
-	// readPins adds to them.
-	warnings []string
+// modelCache is what the deployment's ModelCache reference resolved to.
+type modelCache struct {
+	// ref is the reference, nil when the deployment makes none.
+	ref *v1alpha1.LocalRef
+	// found is whether the referenced ModelCache exists.
+	found bool
 }
 
-// readFleet asks for the required resources, the same on every call, and
-// reads them once Crossplane has resolved them. A nil fleet means not yet.
-func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, caches caches) (*fleet, error) {
+// unresolved is whether a cache is referenced that does not exist: with
+// its footprint unknown, a new replica could land where it never stages.
+func (c modelCache) unresolved() bool { return c.ref != nil && !c.found }
+
+// fleetResources are the fleet's required resources, as Crossplane
+// resolved them.
+type fleetResources struct {
+	clusters, replicas *fnv1.Resources
+	cache              modelCache
+}
+
+// requireFleet asks for the required resources, the same on every call,
+// and returns them once Crossplane has resolved them; false means not yet.
+func requireFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment) (fleetResources, bool, error) {
 	spec := xr.Spec.Template.Spec
 	rsp.Requirements = &fnv1.Requirements{Resources: map[string]*fnv1.ResourceSelector{
 		requiredReplicas: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelReplica, Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{}}},
 	}}
-	out := &fleet{}
+	var out fleetResources
 	labels := map[string]string{}
 	if spec.ClusterSelector != nil {
 		maps.Copy(labels, spec.ClusterSelector.MatchLabels)
 	}
 	required := req.GetRequiredResources()
 	if spec.ModelCacheRef != nil {
-		out.cacheRef = spec.ModelCacheRef
+		out.cache.ref = spec.ModelCacheRef
 		ns := xr.Metadata.Namespace
 		rsp.Requirements.Resources[requiredCache] = &fnv1.ResourceSelector{
 			ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelCache,
@@ -163,152 +169,24 @@ func readFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *
 			// Ask for the clusters too, as on every call, so Crossplane
 			// fetches everything in one round.
 			rsp.Requirements.Resources[requiredClusters] = clusterSelector(labels)
-			return nil, nil
+			return out, false, nil
 		}
 		if items := got.GetItems(); len(items) > 0 {
 			cache, err := decodeStruct[v1alpha1.ModelCache](items[0].GetResource(), "ModelCache "+spec.ModelCacheRef.Name)
 			if err != nil {
-				return nil, err
+				return out, false, err
 			}
-			out.cacheFound = true
+			out.cache.found = true
 			if cache.Spec.ClusterSelector != nil {
 				maps.Copy(labels, cache.Spec.ClusterSelector.MatchLabels)
 			}
 		}
 	}
 	rsp.Requirements.Resources[requiredClusters] = clusterSelector(labels)
-	clusters, okClusters := required[requiredClusters]
-	replicas, okReplicas := required[requiredReplicas]
-	if !okClusters || !okReplicas {
-		return nil, nil
-	}
-	clusterItems, err := wireItems(clusters)
-	if err != nil {
-		return nil, fmt.Errorf("cannot read the InferenceClusters: %w", err)
-	}
-	var r structReader
-	clusterCall := caches.clusters.begin()
-	for _, item := range clusterItems {
-		c, err := r.readCluster(item, caches.clusters, clusterCall)
-		if err != nil {
-			return nil, fmt.Errorf("cannot read InferenceCluster %s: %w", nameOf(item), err)
-		}
-		out.clusters = append(out.clusters, c)
-	}
-	if err := out.readReplicas(&r, replicas, xr, caches.replicas); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// readReplicas reads the fleet's ModelReplicas as they come off the wire,
-// a batch at a time (see itemReader).
-func (fl *fleet) readReplicas(r *structReader, replicas *fnv1.Resources, xr *v1alpha1.ModelDeployment, cache *replicaCache) error {
-	call := cache.begin()
-	items := newItemReader(replicas)
-	for {
-		item, ok, err := items.next()
-		if err != nil {
-			return fmt.Errorf("cannot read the ModelReplicas: %w", err)
-		}
-		if !ok {
-			return nil
-		}
-		observed, spec, err := r.readReplica(item, cache, call)
-		var rep scheduling.Replica
-		if err == nil {
-			rep = observed.replica
-		}
-		// Our own replicas are kept, so their engines are always read, now,
-		// to fail the call in the order the replicas came.
-		if err == nil && observed.ours(xr) {
-			rep.Object, err = r.withPins(rep.Object, spec)
-			spec = nil
-		}
-		if err != nil {
-			err = fmt.Errorf("cannot read ModelReplica %s: %w", nameOf(item), err)
-			if isOurs(item, xr) {
-				return err
-			}
-			fl.warnings = append(fl.warnings, unaccounted(err))
-			continue
-		}
-		fl.replicas = append(fl.replicas, rep)
-		fl.observed = append(fl.observed, observed)
-		fl.specs = append(fl.specs, spec)
-		if observed.finding != nil {
-			fl.findings = append(fl.findings, *observed.finding)
-		}
-	}
-}
-
-// withPins is a replica with its engines read from its spec: a copy, as
-// the replica read may be shared through the cache.
-func (r *structReader) withPins(rep *v1alpha1.ModelReplica, spec object) (*v1alpha1.ModelReplica, error) {
-	withPins := *rep
-	return &withPins, r.readPins(spec, &withPins)
-}
-
-// unaccounted warns of another deployment's replica that cannot be read.
-// Our own replica must be read, or it would be dropped; another's cannot
-// be charged: say so and go on.
-func unaccounted(err error) string {
-	return err.Error() + "; its capacity is not accounted"
-}
-
-// readPins reads the engines (pins and stamped requests) of the other
-// deployments' replicas the scheduler may charge, in the order
-// readFleet kept (it read our own): every one whose pods
-// some pool report of its cluster does not count yet. The rest charge
-// nothing wherever they are pinned (scheduling.CountedBefore): their
-// engines are never read, and they are left out, as the scheduler would
-// leave them out, before it has to walk them. A replica whose engines
-// cannot be read is left out with a warning, and so are the findings about
-// it.
-func (fl *fleet) readPins(clusters []scheduling.Cluster, replicas []scheduling.Replica, findings []observation.ReplicaFinding) ([]scheduling.Replica, []observation.ReplicaFinding) {
-	// A name two clusters share is left to the scheduler to resolve.
-	named := make(map[string]int, len(clusters))
-	for _, c := range clusters {
-		named[c.Object.Metadata.Name]++
-	}
-	countedBefore := make(map[string]time.Time, len(clusters))
-	for _, c := range clusters {
-		if named[c.Object.Metadata.Name] > 1 {
-			continue
-		}
-		if before, ok := scheduling.CountedBefore(c); ok {
-			countedBefore[c.Object.Metadata.Name] = before
-		}
-	}
-	var r structReader
-	kept := make([]scheduling.Replica, 0, len(replicas))
-	var dropped map[string]bool
-	for i, rep := range replicas {
-		// Our own replicas' engines are read already (a nil spec).
-		if fl.specs[i] == nil {
-			kept = append(kept, rep)
-			continue
-		}
-		if before, settled := countedBefore[fl.observed[i].cluster]; settled && fl.observed[i].countedBy(before) {
-			continue
-		}
-		withPins, err := r.withPins(rep.Object, fl.specs[i])
-		if err != nil {
-			name := objectName(rep.Object.Metadata.Namespace, rep.Object.Metadata.Name)
-			fl.warnings = append(fl.warnings, unaccounted(fmt.Errorf("cannot read ModelReplica %s: %w", name, err)))
-			if dropped == nil {
-				dropped = map[string]bool{}
-			}
-			dropped[name] = true
-			continue
-		}
-		rep.Object = withPins
-		kept = append(kept, rep)
-	}
-	if dropped != nil {
-		findings = slices.DeleteFunc(slices.Clone(findings), func(f observation.ReplicaFinding) bool { return dropped[objectName(f.Namespace, f.Name)] })
-	}
-	return kept, findings
+	var okClusters, okReplicas bool
+	out.clusters, okClusters = required[requiredClusters]
+	out.replicas, okReplicas = required[requiredReplicas]
+	return out, okClusters && okReplicas, nil
 }
 
 // clusterSelector asks for every InferenceCluster with the labels; none
@@ -318,113 +196,4 @@ func clusterSelector(labels map[string]string) *fnv1.ResourceSelector {
 		ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindInferenceCluster,
 		Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: labels}},
 	}
-}
-
-// wireItems are the Structs of a required resource's items, on the wire.
-func wireItems(res *fnv1.Resources) ([][]byte, error) {
-	var out [][]byte
-	items := newItemReader(res)
-	for {
-		item, ok, err := items.next()
-		if err != nil || !ok {
-			return out, err
-		}
-		out = append(out, item)
-	}
-}
-
-// itemReader reads the Structs of a required resource's items, on the
-// wire, in order: any decoded items (in-process callers and tests send
-// them so) encoded back, then those the request codec (codec.go) left
-// undecoded. It reads a batch of those in order before handing out the
-// first of it (see warm), so that reading the items finds them in the
-// CPU's cache.
-type itemReader struct {
-	decoded []*fnv1.Resource
-	wire    []byte
-	// warmed is how many bytes at the start of wire were warmed.
-	warmed int
-}
-
-func newItemReader(res *fnv1.Resources) *itemReader {
-	return &itemReader{decoded: res.GetItems(), wire: res.ProtoReflect().GetUnknown()}
-}
-
-// next returns the next item; false when there is none left. An item the
-// wire does not frame is an error, found as the reader gets to it.
-func (it *itemReader) next() ([]byte, bool, error) {
-	if len(it.decoded) > 0 {
-		b, err := proto.Marshal(it.decoded[0].GetResource())
-		it.decoded = it.decoded[1:]
-		return b, err == nil, err
-	}
-	for len(it.wire) > 0 {
-		if it.warmed <= 0 {
-			it.warmed = warm(it.wire[:min(len(it.wire), warmBatchBytes)])
-		}
-		num, typ, item, after, err := next(it.wire)
-		if err != nil {
-			return nil, false, err
-		}
-		it.warmed -= len(it.wire) - len(after)
-		it.wire = after
-		if num != itemsField || typ != protowire.BytesType {
-			continue
-		}
-		s, err := resourceStruct(item)
-		if err != nil {
-			return nil, false, err
-		}
-		return s, true, nil
-	}
-	return nil, false, nil
-}
-
-// A request of 10,000 replicas is 37 MiB, more than the CPU's caches hold.
-// Reading a replica reads a few bytes here and there in its 4 KB, each
-// read's position depending on the last, so that on a cold request every
-// one of them waited on memory. Reading a batch of the request's bytes in
-// order first lets the CPU's prefetcher stream them in: measured, reading
-// 10,000 replicas from the cache took 8.3 ms so, 13.8 ms without.
-const warmBatchBytes = 256 << 10
-
-// warmSink keeps what warm read, so that the compiler keeps the reads.
-var warmSink atomic.Uint32 //nolint:gochecknoglobals // Written, never read: a sink.
-
-// warm reads b in order, a byte per cache line, and returns its length.
-func warm(b []byte) int {
-	var sum byte
-	for at := 0; at < len(b); at += 64 {
-		sum += b[at]
-	}
-	warmSink.Add(uint32(sum))
-	return len(b)
-}
-
-// metadataOf reads an object's name, namespace and deployment label, as
-// far as they can be read, for messages about an object that cannot be.
-func metadataOf(s []byte) (name, namespace, deployment string) {
-	var r structReader
-	md := r.object(object(s).get("metadata"), "metadata")
-	labels := r.object(md.get("labels"), "labels")
-	return r.str(md.get(keyName), keyName), r.str(md.get("namespace"), "namespace"), r.str(labels.get(v1alpha1.LabelDeployment), "")
-}
-
-// nameOf reads namespace/name of an object for error messages.
-func nameOf(s []byte) string {
-	name, ns, _ := metadataOf(s)
-	return objectName(ns, name)
-}
-
-// objectName is namespace/name, or name alone for a cluster-scoped object.
-func objectName(namespace, name string) string {
-	if namespace != "" {
-		return namespace + "/" + name
-	}
-	return name
-}
-
-func isOurs(s []byte, xr *v1alpha1.ModelDeployment) bool {
-	_, ns, deployment := metadataOf(s)
-	return ns == xr.Metadata.Namespace && deployment == xr.Metadata.Name
 }

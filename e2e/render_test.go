@@ -168,6 +168,46 @@ func TestRender(t *testing.T) {
 			},
 			wholeNode: true,
 		},
+		"MalformedClusterDoesNotStopTheFleet": {
+			reason: "alpha's Ready status is a boolean: alpha does not read. The call is not Fatal: a Warning names alpha " +
+				"and the field, CapacityObserved names it, qwen3-8b's Ready replica on it stays as observed (index 0), and the " +
+				"second replica goes to bravo.",
+			fixture: "e2e/testdata/malformed-cluster",
+			replicas: []wantReplica{
+				{id{"alpha", 0}, l4("engine")},
+				{id{"bravo", 0}, l4("engine")},
+			},
+			ready: 1,
+			conditions: map[string]wantCondition{
+				condReplicasScheduled: {status: statusTrue, reasons: []string{"ReplicasCreated"}},
+				condReplicasReady:     {status: statusFalse, reasons: []string{reasonModelStarting}},
+				condCapacityObserved:  {status: statusFalse, message: []string{"alpha (does not read: status.conditions[0].status"}},
+			},
+			warnings:  [][]string{{"cannot read InferenceCluster alpha", "status.conditions[0].status: cannot use a boolean as a string"}},
+			wholeNode: true,
+		},
+		"StuckReplicaIsReplaced": {
+			reason: "llama-70b's replica on alpha has waited 20m for a node with 8 free H100s, over the 15m default: it is re-placed " +
+				"on bravo, whose node is free, and dropped from alpha in the same response; a Warning says from where, to where " +
+				"and for how long, and ReplicasScheduled counts the replica waiting.",
+			fixture:  "e2e/testdata/stuck-replica",
+			replicas: []wantReplica{{id{"bravo", 0}, map[string][]string{"engine": {poolH100}}}},
+			conditions: map[string]wantCondition{
+				condReplicasScheduled: {status: statusFalse, reasons: []string{reasonScheduling}, message: []string{"1 replica waits for its pods"}},
+				condCapacityObserved:  {status: statusTrue},
+			},
+			warnings: [][]string{{"Re-placed ModelReplica ml-team/llama-70b-edca6 on another cluster", "unscheduled for 20m", "on alpha/h100; now on bravo/h100"}},
+		},
+		"ReplacementKeptWhileTheStuckReplicaIsDeleted": {
+			reason: "The next call: the stuck replica is still in the fleet, being deleted, so it is charged (alpha's node stays full) " +
+				"but is not llama-70b's; its replacement on bravo is kept with its memory of the move, and nothing moves.",
+			fixture:  "e2e/testdata/stuck-replica-next",
+			replicas: []wantReplica{{id{"bravo", 0}, map[string][]string{"engine": {poolH100}}}},
+			conditions: map[string]wantCondition{
+				condReplicasScheduled: {status: statusTrue, reasons: []string{"ReplicasCreated"}, message: []string{"1 replica waits for its pods"}},
+				condCapacityObserved:  {status: statusTrue},
+			},
+		},
 		"TaintsAndTolerations": {
 			reason: "alpha's untolerated NoExecute taint evicts qwen3-8b's replica there and takes " +
 				"no new one; charlie's NoSchedule taint is not tolerated; bravo's is. Both " +
@@ -256,6 +296,19 @@ func TestRender(t *testing.T) {
 		"FreshObservationCountsFreeDevices": {
 			reason:  "The same pool observed 30s ago: eight free L4s take all three one-GPU replicas.",
 			fixture: "e2e/testdata/fresh-observation",
+			replicas: []wantReplica{
+				{id{solo, 0}, l4("engine")},
+				{id{solo, 1}, l4("engine")},
+				{id{solo, 2}, l4("engine")},
+			},
+			conditions: map[string]wantCondition{
+				condCapacityObserved:  {status: statusTrue},
+				condReplicasScheduled: {status: statusFalse, reasons: []string{reasonScheduling}},
+			},
+		},
+		"LowerCaseObservedAtIsUsable": {
+			reason:  "The fresh observation written 2026-10-20t20:05:30z (RFC 3339 allows lower case) is as usable: the same three replicas.",
+			fixture: "e2e/testdata/lowercase-observation",
 			replicas: []wantReplica{
 				{id{solo, 0}, l4("engine")},
 				{id{solo, 1}, l4("engine")},

@@ -19,12 +19,18 @@ import (
 
 // Limits of a report, from the schema the agent publishes against.
 const (
-	maxBuckets        = 64
-	maxFreePerBucket  = 16
-	maxCount          = scheduling.MaxCount
-	fieldNodesByFree  = "nodesByFreeDevices"
-	fieldObservedAt   = "observedAt"
-	fieldObservedNode = "observedNodes"
+	maxBuckets       = 64
+	maxFreePerBucket = 16
+	maxCount         = scheduling.MaxCount
+)
+
+// The fields of a status.gpuPools[] entry that hold the agent's report. A
+// reader of InferenceClusters passes them on, decoded and unjudged, in
+// GPUPool's ObservedNodes, ObservedAt and NodesByFreeDevices.
+const (
+	FieldObservedNodes      = "observedNodes"
+	FieldObservedAt         = "observedAt"
+	FieldNodesByFreeDevices = "nodesByFreeDevices"
 )
 
 // State is whether a pool's report can be used for free-device accounting.
@@ -106,10 +112,7 @@ func (c *ClusterReports) Object() *v1alpha1.InferenceCluster { return c.object }
 
 // ReadCluster reads a cluster's pool reports.
 func ReadCluster(o *v1alpha1.InferenceCluster) *ClusterReports {
-	ready := false
-	if cond := v1alpha1.FindCondition(o.Status.Conditions, "Ready"); cond != nil {
-		ready = cond.Status == "True"
-	}
+	ready := scheduling.ClusterReady(o)
 	c := &ClusterReports{object: o, pools: make([]poolReading, 0, len(o.Status.GPUPools))}
 	for i := range o.Status.GPUPools {
 		p := &o.Status.GPUPools[i]
@@ -177,31 +180,31 @@ func readPool(p *v1alpha1.GPUPool) poolReading {
 		r.report.State = Missing
 		return r
 	case p.ObservedAt == nil:
-		r.report = invalid(r.report, fieldObservedAt, missing)
+		r.report = invalid(r.report, FieldObservedAt, missing)
 		return r
 	case p.ObservedNodes == nil:
-		r.report = invalid(r.report, fieldObservedNode, missing)
+		r.report = invalid(r.report, FieldObservedNodes, missing)
 		return r
 	case p.NodesByFreeDevices == nil:
-		r.report = invalid(r.report, fieldNodesByFree, missing)
+		r.report = invalid(r.report, FieldNodesByFreeDevices, missing)
 		return r
 	}
 
 	at, ok := p.ObservedAt.(string)
 	if !ok {
-		r.report = invalid(r.report, fieldObservedAt, "not a string")
+		r.report = invalid(r.report, FieldObservedAt, "not a string")
 		return r
 	}
-	observedAt, err := time.Parse(time.RFC3339, at)
+	observedAt, err := ParseTime(at)
 	if err != nil {
-		r.report = invalid(r.report, fieldObservedAt, fmt.Sprintf("%q is not an RFC 3339 time", at))
+		r.report = invalid(r.report, FieldObservedAt, fmt.Sprintf("%q is not an RFC 3339 time", at))
 		return r
 	}
 	r.decided, r.published, r.observedAt = false, at, observedAt
 
 	observedNodes, defect := count(p.ObservedNodes)
 	if defect != "" {
-		rep := invalid(r.report, fieldObservedNode, defect)
+		rep := invalid(r.report, FieldObservedNodes, defect)
 		r.defect = &rep
 		return r
 	}
@@ -222,7 +225,7 @@ func (r poolReading) at(now time.Time, maxAge time.Duration) (*scheduling.PoolOb
 	case r.decided:
 		return nil, rep
 	case r.observedAt.Sub(now) > maxAge:
-		return nil, invalid(rep, fieldObservedAt, fmt.Sprintf("%s is %s in the future", r.published, r.observedAt.Sub(now).Round(time.Second)))
+		return nil, invalid(rep, FieldObservedAt, fmt.Sprintf("%s is %s in the future", r.published, r.observedAt.Sub(now).Round(time.Second)))
 	case r.defect != nil:
 		rep.State, rep.Defect = r.defect.State, r.defect.Defect
 		return nil, rep
@@ -284,10 +287,10 @@ const notBuckets = "not a list of {nodes, free} buckets"
 func buckets(p *v1alpha1.GPUPool, observedNodes int64) ([]scheduling.Bucket, string, string) {
 	list, ok := p.NodesByFreeDevices.([]any)
 	if !ok {
-		return nil, fieldNodesByFree, notBuckets
+		return nil, FieldNodesByFreeDevices, notBuckets
 	}
 	if len(list) > maxBuckets {
-		return nil, fieldNodesByFree, fmt.Sprintf("%d buckets, more than %d", len(list), maxBuckets)
+		return nil, FieldNodesByFreeDevices, fmt.Sprintf("%d buckets, more than %d", len(list), maxBuckets)
 	}
 	out := make([]scheduling.Bucket, 0, len(list))
 	var total int64
@@ -295,15 +298,15 @@ func buckets(p *v1alpha1.GPUPool, observedNodes int64) ([]scheduling.Bucket, str
 		b, field, defect := bucket(v, p.Devices)
 		if defect != "" {
 			if field == "" {
-				return nil, fieldNodesByFree, defect
+				return nil, FieldNodesByFreeDevices, defect
 			}
-			return nil, fmt.Sprintf("%s[%d].%s", fieldNodesByFree, bi, field), defect
+			return nil, fmt.Sprintf("%s[%d].%s", FieldNodesByFreeDevices, bi, field), defect
 		}
 		total += b.Nodes
 		out = append(out, b)
 	}
 	if total > observedNodes {
-		return nil, fieldNodesByFree, fmt.Sprintf("buckets hold %d nodes, more than observedNodes %d", total, observedNodes)
+		return nil, FieldNodesByFreeDevices, fmt.Sprintf("buckets hold %d nodes, more than observedNodes %d", total, observedNodes)
 	}
 	return out, "", ""
 }

@@ -3,6 +3,7 @@ package observation
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -200,6 +201,22 @@ func TestPool(t *testing.T) {
 			want: want{rep: PoolReport{
 				Pool: "l4", State: Invalid,
 				Defect: `observedAt: "yesterday" is not an RFC 3339 time`,
+			}},
+		},
+		"ObservedAtLowerCase": {
+			reason: "RFC 3339 5.6 allows a lower-case t and z: the report is usable.",
+			args:   args{pool: l4().RawObservation(strconv.Quote(strings.ToLower(now.Add(-time.Minute).Format(time.RFC3339))), "2", `[{"nodes":2,"free":[{"name":"gpu","count":4}]}]`).Obj(), now: now, maxAge: maxAge},
+			want: want{
+				obs: &scheduling.PoolObservation{ObservedAt: now.Add(-time.Minute), ObservedNodes: 2, Buckets: []scheduling.Bucket{{Nodes: 2, Free: map[string]int64{"gpu": 4}}}},
+				rep: PoolReport{Pool: "l4", State: Usable, ExpiresAt: now.Add(-time.Minute).Add(maxAge)},
+			},
+		},
+		"ObservedAtSpace": {
+			reason: "A space for the T is not RFC 3339's grammar: invalid.",
+			args:   args{pool: l4().RawObservation(`"2026-10-20 20:06:00Z"`, "3", `[]`).Obj(), now: now, maxAge: maxAge},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid,
+				Defect: `observedAt: "2026-10-20 20:06:00Z" is not an RFC 3339 time`,
 			}},
 		},
 		"ObservedAtNoZone": {

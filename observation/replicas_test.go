@@ -67,6 +67,11 @@ func TestReplicas(t *testing.T) {
 			args:   []*v1alpha1.ModelReplica{withConditions(`[{"type":"PodsScheduled","status":"True"}]`)},
 			want:   want{since: []*time.Time{nil}},
 		},
+		"LowerCaseTime": {
+			reason: "A lastTransitionTime with a lower-case t and z is RFC 3339: the replica's pods are counted from then.",
+			args:   []*v1alpha1.ModelReplica{withConditions(`[{"type":"PodsScheduled","status":"True","lastTransitionTime":"` + strings.ToLower(scheduledAt.Format(time.RFC3339)) + `"}]`)},
+			want:   want{since: []*time.Time{&scheduledAt}},
+		},
 		"GarbageTime": {
 			reason: "An unreadable lastTransitionTime is a finding, and the replica is charged.",
 			args:   []*v1alpha1.ModelReplica{withConditions(`[{"type":"Ready","status":"True"},{"type":"PodsScheduled","status":"True","lastTransitionTime":"a while ago"}]`)},
@@ -90,9 +95,12 @@ func TestReplicas(t *testing.T) {
 			},
 		},
 		"GarbageTimeWhenFalse": {
-			reason: "The time of a False condition is never read, so it is no finding.",
+			reason: "The time of a False condition is read too (how long the pods wait), so garbage there is a finding; the replica is charged, and not judged stuck.",
 			args:   []*v1alpha1.ModelReplica{withConditions(`[{"type":"PodsScheduled","status":"False","lastTransitionTime":"a while ago"}]`)},
-			want:   want{since: []*time.Time{nil}},
+			want: want{
+				since:    []*time.Time{nil},
+				findings: []ReplicaFinding{{Namespace: fixture.Namespace, Name: "llm-a-0", Defect: `status.conditions[0].lastTransitionTime: "a while ago" is not an RFC 3339 time`}},
+			},
 		},
 		"ConditionsNotAList": {
 			reason: "Conditions that are not a list are a finding.",
@@ -207,4 +215,60 @@ func decoded(raw string) any {
 		panic(err) // The tests' JSON is written by hand.
 	}
 	return v
+}
+
+func TestReplicaWaitAndReadiness(t *testing.T) {
+	at := now.Add(-20 * time.Minute)
+	type want struct {
+		unscheduledSince *time.Time
+		ready, deleting  bool
+	}
+	cases := map[string]struct {
+		reason string
+		args   *v1alpha1.ModelReplica
+		want   want
+	}{
+		"Unscheduled": {
+			reason: "PodsScheduled False carries since when the pods wait.",
+			args:   fixture.Replica("llm", "a", 0).PodsScheduled("False", at).Obj(),
+			want:   want{unscheduledSince: &at},
+		},
+		"UnknownIsNotUnscheduled": {
+			reason: "Only an explicit False counts: Unknown says nothing of the pods.",
+			args:   fixture.Replica("llm", "a", 0).PodsScheduled("Unknown", at).Obj(),
+		},
+		"NoConditionIsNotUnscheduled": {
+			reason: "No PodsScheduled condition (every replica without an agent) is not unscheduled.",
+			args:   fixture.Replica("llm", "a", 0).Obj(),
+		},
+		"Ready": {
+			reason: "A Ready condition of status True makes the replica Ready, wherever it is in the list.",
+			args: fixture.Replica("llm", "a", 0).Conditions(
+				v1alpha1.Condition{Type: "PodsScheduled", Status: "False", LastTransitionTime: at.Format(time.RFC3339)},
+				v1alpha1.Condition{Type: "Ready", Status: "True"},
+			).Obj(),
+			want: want{unscheduledSince: &at, ready: true},
+		},
+		"Deleting": {
+			reason: "A replica with a deletionTimestamp is being deleted.",
+			args: func() *v1alpha1.ModelReplica {
+				r := fixture.Replica("llm", "a", 0).Obj()
+				r.Metadata.DeletionTimestamp = new(now.Format(time.RFC3339))
+				return r
+			}(),
+			want: want{deleting: true},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r, finding := Replica(tc.args)
+			if finding != nil {
+				t.Errorf("%s\nReplica(...): unexpected finding %v", tc.reason, finding)
+			}
+			got := want{unscheduledSince: r.UnscheduledSince, ready: r.Ready, deleting: r.Deleting}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("%s\nReplica(...): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
 }

@@ -3,7 +3,6 @@ package scheduling
 import (
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 )
@@ -27,7 +26,7 @@ func (s *pass) buildLedger(kept map[identity]bool) {
 		s.ledger[cl.name] = pl
 	}
 	for _, r := range s.replicas {
-		if s.ours(r.Object) && !kept[identityOf(r.Object)] {
+		if s.ours(r) && !kept[identityOf(r.Object)] {
 			continue
 		}
 		s.charge(r)
@@ -39,6 +38,14 @@ func (s *pass) buildLedger(kept map[identity]bool) {
 func (s *pass) charge(r Replica) {
 	cl := s.clusters[r.Object.Spec.ClusterName]
 	if cl == nil {
+		return
+	}
+	if r.Unreadable != "" && len(r.Object.Spec.Engines) == 0 {
+		// Its engines did not read: it may hold any pool of its cluster,
+		// and is charged a whole node of each.
+		for _, p := range cl.pools {
+			s.chargeWholeNode(cl, p)
+		}
 		return
 	}
 	for _, e := range r.Object.Spec.Engines {
@@ -57,38 +64,6 @@ func (s *pass) charge(r Replica) {
 			}
 		}
 	}
-}
-
-// counted reports whether a pool's histogram already counts a replica's
-// pods: they all became scheduled strictly before the pool was observed.
-func counted(r Replica, obs *PoolObservation) bool {
-	return obs != nil && r.ScheduledSince != nil && r.ScheduledSince.Before(obs.ObservedAt)
-}
-
-// CountedBefore is when the least recent report of a cluster's pools was
-// taken, if every pool the cluster publishes has a usable one. A replica on
-// the cluster whose pods all became scheduled before then is counted by
-// every pool's histogram (see CountedBy): it charges nothing wherever it is
-// pinned, so its pins need not even be read.
-func CountedBefore(c Cluster) (time.Time, bool) {
-	var before time.Time
-	pools := c.Object.Status.GPUPools
-	for i, p := range pools {
-		obs := c.Observed[p.Name]
-		if obs == nil {
-			return time.Time{}, false
-		}
-		if i == 0 || obs.ObservedAt.Before(before) {
-			before = obs.ObservedAt
-		}
-	}
-	return before, len(pools) > 0
-}
-
-// CountedBy reports whether the replica's pods all became scheduled before
-// a time CountedBefore returned.
-func (r Replica) CountedBy(before time.Time) bool {
-	return r.ScheduledSince != nil && r.ScheduledSince.Before(before)
 }
 
 // chargeEngineOnPool books the claiming pods of an observed engine's members
@@ -114,6 +89,20 @@ func (s *pass) chargeEngineOnPool(cl *cluster, p *pool, e v1alpha1.ReplicaEngine
 	}
 }
 
+// chargeWholeNode books one pod that takes a whole node of a pool: every
+// DRA device of an empty node, or the node under whole-node accounting.
+func (s *pass) chargeWholeNode(cl *cluster, p *pool) {
+	l := s.ledger[cl.name][p.index]
+	claim := []int64{1}
+	if !l.whole {
+		claim = emptyNode(p)
+	}
+	d := demand{copies: 1, members: []podGroup{{pods: 1, claim: claim}}}
+	if _, short := reserveEngine(l, p, d, s.binding); short != nil {
+		s.chargeUnfit(l, d)
+	}
+}
+
 // chargeUnfit books pods already charged to a pool that do not all fit it.
 // A whole-node pool then takes nothing new, as a Modelplane pool whose free
 // node count went negative. A free-device pool stays open: the pods that fit
@@ -125,7 +114,6 @@ func (s *pass) chargeUnfit(l *poolLedger, d demand) {
 		l.saturated = true
 		return
 	}
-	l.unfit = true
 	for _, g := range d.gangs() {
 		held := make([][]int64, 0, len(g))
 		for _, c := range g {

@@ -13,9 +13,9 @@ type cluster struct {
 	observed map[string]*PoolObservation
 	// matches caches matchMember per pool, engine and member.
 	matches map[matchKey]*memberMatch
+	// unreadable says why the cluster could not be read; empty when it was.
+	unreadable string
 }
-
-type matchKey struct{ pool, engine, member int }
 
 // pool is a published GPU pool of a cluster.
 type pool struct {
@@ -27,11 +27,12 @@ type pool struct {
 
 func newCluster(c Cluster, kinds *deviceKinds) *cluster {
 	cl := &cluster{
-		name:     c.Object.Metadata.Name,
-		obj:      c.Object,
-		poolByID: map[string]*pool{},
-		observed: c.Observed,
-		matches:  map[matchKey]*memberMatch{},
+		name:       c.Object.Metadata.Name,
+		obj:        c.Object,
+		poolByID:   map[string]*pool{},
+		observed:   c.Observed,
+		matches:    map[matchKey]*memberMatch{},
+		unreadable: c.Unreadable,
 	}
 	for i, gp := range c.Object.Status.GPUPools {
 		p := &pool{index: i, name: gp.Name, nodes: clampCount(gp.Nodes)}
@@ -46,17 +47,6 @@ func newCluster(c Cluster, kinds *deviceKinds) *cluster {
 	return cl
 }
 
-// match matches member mi of engine ei against a pool, once per pass.
-func (c *cluster) match(p *pool, engines []engine, ei, mi int) *memberMatch {
-	k := matchKey{p.index, ei, mi}
-	if m, ok := c.matches[k]; ok {
-		return m
-	}
-	m := matchMember(p, &engines[ei].members[mi])
-	c.matches[k] = m
-	return m
-}
-
 // gateway is the cluster's gateway hostname, else its address.
 func (c *cluster) gateway() string {
 	g := c.obj.Status.Gateway
@@ -69,8 +59,13 @@ func (c *cluster) gateway() string {
 	return g.Address
 }
 
-func (c *cluster) ready() bool {
-	cond := v1alpha1.FindCondition(c.obj.Status.Conditions, "Ready")
+func (c *cluster) ready() bool { return ClusterReady(c.obj) }
+
+// ClusterReady reports whether a cluster's Ready condition is True: only a
+// Ready cluster takes new replicas, and only its pools count toward
+// CapacityObserved.
+func ClusterReady(c *v1alpha1.InferenceCluster) bool {
+	cond := v1alpha1.FindCondition(c.Status.Conditions, "Ready")
 	return cond != nil && cond.Status == "True"
 }
 
@@ -120,6 +115,8 @@ func tolerates(tol v1alpha1.Toleration, t v1alpha1.Taint) bool {
 // newReplicaFilter says why the cluster cannot take a new replica, or nil.
 func (c *cluster) newReplicaFilter(tolerations []v1alpha1.Toleration) *Reason {
 	switch {
+	case c.unreadable != "":
+		return &Reason{Kind: ReasonUnreadable, Defect: c.unreadable}
 	case !c.ready():
 		return &Reason{Kind: ReasonNotReady}
 	case c.gateway() == "":

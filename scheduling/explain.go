@@ -18,6 +18,7 @@ const (
 	ReasonUntoleratedTaint ReasonKind = "UntoleratedTaint"
 	ReasonNoPoolMatches    ReasonKind = "NoPoolMatches"
 	ReasonCapacity         ReasonKind = "Capacity"
+	ReasonUnreadable       ReasonKind = "Unreadable"
 )
 
 // Reason is why one cluster cannot host another replica, kept as data and
@@ -34,6 +35,9 @@ type Reason struct {
 
 	// Pools are the matching pools and what each lacks, for ReasonCapacity.
 	Pools []PoolShortage
+
+	// Defect is the field that did not read and why, for ReasonUnreadable.
+	Defect string
 }
 
 // PoolShortage is what a matching pool lacks to host an engine.
@@ -131,6 +135,8 @@ func (r Reason) String() string {
 		return fmt.Sprintf("untolerated taint %s:%s", t, r.Taint.Effect)
 	case ReasonNoPoolMatches:
 		return fmt.Sprintf("engine %s: no pool matches the nodeSelector", r.Engine)
+	case ReasonUnreadable:
+		return "does not read: " + r.Defect
 	case ReasonCapacity:
 		pools := make([]string, 0, len(r.Pools))
 		for _, p := range r.Pools {

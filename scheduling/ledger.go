@@ -21,10 +21,6 @@ type poolLedger struct {
 	// the pool takes nothing new until they do, as a whole-node pool whose
 	// free count went negative takes nothing.
 	saturated bool
-	// unfit is set on a free-device pool when pods charged to it did not
-	// all fit, and the ones that fit no node each hold the node with the
-	// most free.
-	unfit bool
 }
 
 func newWholeNodeLedger(nodes int64) *poolLedger {

@@ -219,34 +219,18 @@ func (s *pass) reserveReplica(cl *cluster) (*reservation, *Reason) {
 
 func (s *pass) reserveEngineOn(cl *cluster, ei int, res *reservation) (*EnginePlacement, *Reason) {
 	e := &s.engines[ei]
-	// A member that can claim a device on some pool of the cluster may not be
-	// stranded on a pool where it would claim nothing.
-	claimable := make([]bool, len(e.members))
-	anyClaimable := false
-	for mi := range e.members {
-		for _, p := range cl.pools {
-			if mm := cl.match(p, s.engines, ei, mi); mm != nil && mm.claims() {
-				claimable[mi] = true
-			}
-		}
-		anyClaimable = anyClaimable || claimable[mi]
-	}
-	if !anyClaimable {
+	claimable := cl.claimable(s.engines, ei)
+	if !slices.Contains(claimable, true) {
 		return nil, &Reason{Kind: ReasonNoPoolMatches}
 	}
 	var shortages []PoolShortage
 	for _, p := range cl.pools {
-		matches := make([]*memberMatch, len(e.members))
-		fits := true
-		for mi := range e.members {
-			mm := cl.match(p, s.engines, ei, mi)
-			if mm == nil || (claimable[mi] && !mm.claims()) {
-				fits = false
-				break
-			}
-			matches[mi] = mm
+		if s.exclude[PoolRef{Cluster: cl.name, Pool: p.name}] {
+			// A replica being re-placed never goes back where it was stuck.
+			continue
 		}
-		if !fits {
+		matches := cl.matchOnPool(p, s.engines, ei, claimable)
+		if matches == nil {
 			continue
 		}
 		l := s.ledger[cl.name][p.index]

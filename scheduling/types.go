@@ -1,12 +1,3 @@
-// Package scheduling places a ModelDeployment's replicas on a fleet of
-// InferenceClusters. It is pure: a Snapshot of observed state goes in, a Plan
-// with its explanations as data comes out. It reads no clock, logs nothing
-// and knows nothing of protobuf or the function SDK; the same snapshot in any
-// order gives the same plan.
-//
-// A pool whose cluster agent report is usable is accounted by free devices
-// (its histogram of nodes by free devices, plus the nodes it can still grow
-// by); any other pool by whole nodes, as Modelplane v0.3 does.
 package scheduling
 
 import (
@@ -41,6 +32,11 @@ type Options struct {
 
 	// Selectors, when not nil, keeps compiled selectors across passes.
 	Selectors *Selectors
+
+	// ReplaceUnscheduledAfter is how long the deployment's replica may stay
+	// with its pods unscheduled before it is re-placed (CONTRACT 4.5). Zero
+	// turns re-placing off.
+	ReplaceUnscheduledAfter time.Duration
 }
 
 // Snapshot is everything one scheduling pass reads.
@@ -49,6 +45,15 @@ type Snapshot struct {
 	Clusters   []Cluster
 	Replicas   []Replica
 	Options    Options
+
+	// Now is the time of the pass, which how long a replica has waited is
+	// measured against. The zero time re-places nothing.
+	Now time.Time
+
+	// Assumed are replicas other passes composed recently that the fleet
+	// does not show yet (CONTRACT 4.6): charged where they are pinned as
+	// replicas whose pods are not scheduled, never the deployment's.
+	Assumed []Replica
 }
 
 // Cluster is a candidate InferenceCluster and the agent's usable reports of
@@ -61,6 +66,12 @@ type Cluster struct {
 	// shared with other passes, concurrent ones included, and are only
 	// read.
 	Observed map[string]*PoolObservation
+
+	// Unreadable, when not empty, says why the InferenceCluster could not
+	// be read (the field and its defect); Object then holds its name only.
+	// It takes no new replica, and the deployment's replicas on it are kept
+	// as observed.
+	Unreadable string
 }
 
 // PoolObservation is a usable report of one pool by the cluster agent.
@@ -89,6 +100,31 @@ type Replica struct {
 	// ScheduledSince is when the replica's PodsScheduled condition last
 	// became True. Nil when it is not True or carries no usable time.
 	ScheduledSince *time.Time
+
+	// UnscheduledSince is when its PodsScheduled condition last became
+	// False: some of its pods are not bound since then. Nil when it is not
+	// False (no condition at all is not False) or carries no usable time.
+	UnscheduledSince *time.Time
+
+	// Ready is whether the replica's Ready condition is True.
+	Ready bool
+
+	// Deleting is whether the replica is being deleted. Its pods may still
+	// hold devices, so it is charged where it is pinned, but it is never
+	// the deployment's: neither kept nor counted (CONTRACT 4.1).
+	Deleting bool
+
+	// Assumed is whether the replica is an assumed placement (Snapshot's
+	// Assumed): charged, never the deployment's.
+	Assumed bool
+
+	// Unreadable, when not empty, says why the ModelReplica could not be
+	// read in full (the field and its defect). Object then holds what did
+	// read: its identity, and its cluster and engines if they read. The
+	// deployment's own is kept as observed; another deployment's is charged
+	// as not scheduled where its engines are pinned, and a whole node of
+	// every pool of its cluster where they could not be read.
+	Unreadable string
 }
 
 // Plan is the outcome of a scheduling pass.
@@ -104,6 +140,40 @@ type Plan struct {
 	// replica. Nil when every wanted replica was placed or when placement
 	// was not attempted.
 	Shortfall *Shortfall
+
+	// Moves are the replicas re-placed because their pods stayed
+	// unscheduled, and Waiting how many replicas wait for their pods.
+	Moves   []Move
+	Waiting Waiting
+}
+
+// Move is a replica re-placed because its pods stayed unscheduled.
+type Move struct {
+	// Name is the replica's object name; on another cluster the new one
+	// has another.
+	Name string
+	// From and To are where its engines were and now are.
+	From, To []PoolRef
+	// Unscheduled is how long its pods had been waiting.
+	Unscheduled time.Duration
+	// SameReplica is true for a move to another pool of its own cluster:
+	// the same replica, its pools changed.
+	SameReplica bool
+}
+
+// PoolRef names a pool of a cluster.
+type PoolRef struct {
+	Cluster string `json:"cluster"`
+	Pool    string `json:"pool"`
+}
+
+func (p PoolRef) String() string { return p.Cluster + "/" + p.Pool }
+
+// Waiting is how many of the deployment's replicas wait for their pods to
+// be scheduled (PodsScheduled False), and the longest of those waits.
+type Waiting struct {
+	Replicas int
+	Longest  time.Duration
 }
 
 // Placement is one replica on one cluster.
@@ -123,8 +193,20 @@ type Placement struct {
 	// Engines are in the deployment's engine order.
 	Engines []EnginePlacement
 
-	// New is true for a replica placed by this pass.
-	New bool
+	// New is true for a replica placed by this pass, and Moved for one
+	// re-placed by it (CONTRACT 4.5): on another cluster it is New too.
+	New, Moved bool
+
+	// Replacement is what to remember of re-placing the replica, written
+	// in its AnnotationReplacement; nil for none.
+	Replacement *Replacement
+
+	// AsObserved is true for a replica kept exactly as it is because it, or
+	// its cluster, could not be read: what is composed for it is what was
+	// observed, and Name is its object's name. Its Engines are as observed
+	// (nil when they did not read), and nothing else of it was worked out.
+	AsObserved bool
+	Name       string
 }
 
 // EnginePlacement is where one engine of a replica runs.

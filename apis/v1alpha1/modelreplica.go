@@ -1,6 +1,9 @@
 package v1alpha1
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"slices"
+)
 
 // ModelReplica is one placed replica of a deployment, on one cluster.
 type ModelReplica struct {
@@ -17,6 +20,20 @@ type ModelReplicaSpec struct {
 	ModelCacheRef *LocalRef       `json:"modelCacheRef,omitempty"`
 	Serving       *Serving        `json:"serving,omitempty"`
 	Engines       []ReplicaEngine `json:"engines"`
+}
+
+// Pools are the pools the replica's engines are pinned to, each once, in
+// engine order.
+func (r *ModelReplica) Pools() []string {
+	var out []string
+	for _, e := range r.Spec.Engines {
+		for _, m := range e.Members {
+			if !slices.Contains(out, m.NodePoolName) {
+				out = append(out, m.NodePoolName)
+			}
+		}
+	}
+	return out
 }
 
 // ReplicaEngine is an engine of a replica, its members pinned to a pool.

@@ -30,6 +30,11 @@ const (
 	LabelReplicaIndex = "modelplane.ai/replica-index"
 )
 
+// AnnotationReplacement is the annotation in which the function keeps, on
+// each ModelReplica it composes, what it must remember of re-placing the
+// replica when its pods stay unscheduled: see scheduling.Replacement.
+const AnnotationReplacement = "scheduler.fn.modelplane.ai/replacement"
+
 // Member roles.
 const (
 	RoleStandalone = "Standalone"
@@ -56,6 +61,10 @@ type ObjectMeta struct {
 	UID             string            `json:"uid,omitempty"`
 	ResourceVersion string            `json:"resourceVersion,omitempty"`
 	Labels          map[string]string `json:"labels,omitempty"`
+	Annotations     map[string]string `json:"annotations,omitempty"`
+	// DeletionTimestamp is set once the object is being deleted; only
+	// whether it is set is read.
+	DeletionTimestamp *string `json:"deletionTimestamp,omitempty"`
 }
 
 // TypeMeta is an object's apiVersion and kind.

@@ -25,8 +25,9 @@ const (
 
 // Defaults used when the input, or a field of it, is absent.
 const (
-	DefaultObservationMaxAge = "5m"
-	DefaultAssumedBinding    = AssumedBindingMostFree
+	DefaultObservationMaxAge       = "5m"
+	DefaultAssumedBinding          = AssumedBindingMostFree
+	DefaultReplaceUnscheduledAfter = "15m"
 )
 
 // Input configures how fleet-scheduler accounts for the capacity the cluster
@@ -51,4 +52,13 @@ type Input struct {
 	// +optional
 	// +kubebuilder:default=MostFree
 	AssumedBinding *AssumedBinding `json:"assumedBinding,omitempty"`
+
+	// ReplaceUnscheduledAfter is how long a replica's pods may stay
+	// unscheduled (its PodsScheduled condition False) before the replica is
+	// re-placed on a pool it was not stuck on. 15m by default, because a
+	// pool that grows needs minutes to boot a GPU node; 0s turns it off. A Go
+	// duration, for example 15m or 1h.
+	// +optional
+	// +kubebuilder:default="15m"
+	ReplaceUnscheduledAfter *string `json:"replaceUnscheduledAfter,omitempty"`
 }

@@ -1,7 +1,9 @@
 // Package compose builds what the function composes for a placement: the
 // ModelReplica, its ModelEndpoint, their names, keys and labels, as
-// Modelplane v0.3 derives them. It is shared by the function and the fleet
-// simulator, and knows nothing of the SDK.
+// Modelplane v0.3 derives them, encoded as the protobuf Structs a response
+// carries; and reads what it needs of the composed resources observed. It
+// is shared by the function and the fleet simulator, and knows nothing of
+// the SDK.
 package compose
 
 import (
@@ -25,12 +27,12 @@ const (
 
 // ReplicaKey is the composed-resource key of a placement's ModelReplica.
 func ReplicaKey(p scheduling.Placement) string {
-	return fmt.Sprintf("replica-%s-%d", p.Cluster, p.Index)
+	return fmt.Sprintf("%s%s-%d", replicaKeyPrefix, p.Cluster, p.Index)
 }
 
 // EndpointKey is the composed-resource key of a placement's ModelEndpoint.
 func EndpointKey(p scheduling.Placement) string {
-	return fmt.Sprintf("endpoint-%s-%d", p.Cluster, p.Index)
+	return fmt.Sprintf("%s%s-%d", endpointKeyPrefix, p.Cluster, p.Index)
 }
 
 // ReplicaName is <prefix>-<hash>: the first five hex characters of the
@@ -72,6 +74,11 @@ func Replica(xr *v1alpha1.ModelDeployment, p scheduling.Placement) *v1alpha1.Mod
 	}
 	if spec.ModelCacheRef != nil {
 		r.Spec.ModelCacheRef = &v1alpha1.LocalRef{Name: spec.ModelCacheRef.Name}
+	}
+	if p.Replacement != nil {
+		// What the function remembers of moving the replica, read back
+		// from the observed replica on the next call.
+		r.Metadata.Annotations = map[string]string{v1alpha1.AnnotationReplacement: p.Replacement.String()}
 	}
 	for _, ep := range p.Engines {
 		var e *v1alpha1.Engine

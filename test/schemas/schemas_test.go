@@ -4,7 +4,9 @@
 // the XRDs' CEL rules, as the API server would apply them. It shows the check
 // rejects broken ModelReplicas (testdata/invalid) and accepts good ones
 // (testdata/valid), then validates what `hack/render.sh` renders for the
-// example fleet.
+// example fleet. clusters_test.go validates the InferenceClusters that carry
+// cluster-agent reports (the observed fixtures, and agent/testdata) against
+// the extended XRD the project ships, deploy/inferenceclusters.yaml.
 package schemas
 
 import (
@@ -76,10 +78,16 @@ func TestValidReplicasPass(t *testing.T) {
 }
 
 func TestInvalidReplicasAreRejected(t *testing.T) {
-	cli := testenv.CrossplaneCLI(t)
-	files, err := filepath.Glob("testdata/invalid/*.yaml")
+	rejectsEach(t, testenv.CrossplaneCLI(t), "xrds", "testdata/invalid/*.yaml")
+}
+
+// rejectsEach validates each file of the glob against the extensions, and
+// wants it rejected, once, with the error its "# want:" line says.
+func rejectsEach(t *testing.T, cli, extensions, glob string) {
+	t.Helper()
+	files, err := filepath.Glob(glob)
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no fixtures in testdata/invalid (%v)", err)
+		t.Fatalf("no fixtures match %s (%v)", glob, err)
 	}
 	for _, f := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(t *testing.T) {
@@ -93,7 +101,7 @@ func TestInvalidReplicasAreRejected(t *testing.T) {
 			}
 			want := string(m[1])
 
-			r := validate(t, cli, f)
+			r := validateWith(t, cli, extensions, f)
 			if r.err == nil || r.failures != 1 {
 				t.Fatalf("want %s rejected, got exit %v and %d failures:\n%s", f, r.err, r.failures, r.output)
 			}
@@ -213,6 +221,13 @@ const noBuiltinSchemas = "offline.invalid/no-builtin-schemas:v0"
 // validate runs `crossplane beta validate xrds/ resources`, offline.
 func validate(t *testing.T, cli, resources string) result {
 	t.Helper()
+	return validateWith(t, cli, "xrds", resources)
+}
+
+// validateWith runs `crossplane beta validate extensions resources`,
+// offline: extensions is an XRD file or a directory of them.
+func validateWith(t *testing.T, cli, extensions, resources string) result {
+	t.Helper()
 	cache := t.TempDir()
 	entry := filepath.Join(cache, strings.ReplaceAll(noBuiltinSchemas, ":", "@"))
 	if err := os.MkdirAll(entry, 0o755); err != nil {
@@ -221,7 +236,7 @@ func validate(t *testing.T, cli, resources string) result {
 	if err := os.WriteFile(filepath.Join(entry, "package.yaml"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := testenv.Run(t.Context(), ".", nil, cli, "beta", "validate", "--cache-dir="+cache, "--crossplane-image="+noBuiltinSchemas, "xrds", resources)
+	out, err := testenv.Run(t.Context(), ".", nil, cli, "beta", "validate", "--cache-dir="+cache, "--crossplane-image="+noBuiltinSchemas, extensions, resources)
 	r := result{output: out, err: err}
 	for l := range strings.SplitSeq(out, "\n") {
 		switch {

@@ -1,0 +1,202 @@
+package agent
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+)
+
+// View is the cluster as the agent's informers hold it: every Node,
+// ResourceSlice, DeviceClass and ResourceClaim, and when they were last
+// known to be in sync.
+type View struct {
+	// Nodes are every Node of the cluster; Pool.Nodes picks the pool's.
+	Nodes []*corev1.Node
+	// ResourceSlices are every slice of the cluster, as kube-scheduler sees
+	// them: with the taints of DeviceTaintRules applied, as
+	// k8s.io/dynamic-resource-allocation/resourceslice/tracker's
+	// ListPatchedResourceSlices returns them.
+	ResourceSlices []*resourcev1.ResourceSlice
+	// DeviceClasses are every class; the pool's devices name theirs.
+	DeviceClasses []*resourcev1.DeviceClass
+	// ResourceClaims are every claim of the cluster, in every namespace:
+	// the allocated ones hold devices.
+	ResourceClaims []*resourcev1.ResourceClaim
+
+	// SyncedAt is a time as of which the view is complete: every pod
+	// bound, every claim allocated before it is in the lists above. Take
+	// it when the informers were last known to be in sync, before listing
+	// them; never the time the report is published.
+	SyncedAt time.Time
+}
+
+// Report is one pool's report: the fields the cluster agent publishes on
+// the pool's entry of the InferenceCluster's status.gpuPools[]. It
+// marshals to those fields' JSON.
+type Report struct {
+	// ObservedNodes is how many Nodes the pool has now, ready or not.
+	ObservedNodes int64 `json:"observedNodes"`
+	// ObservedAt is View.SyncedAt in UTC, rounded down to the second.
+	ObservedAt time.Time `json:"observedAt"`
+	// NodesByFreeDevices are the nodes a new pod could land on, grouped by
+	// their free devices: at most MaxBuckets, most free first.
+	NodesByFreeDevices []Bucket `json:"nodesByFreeDevices"`
+
+	// LeftOut says, by node name, why each of the pool's nodes that a new
+	// pod could not land on is not in the histogram: for the agent's logs,
+	// never published.
+	LeftOut map[string]string `json:"-"`
+}
+
+// Bucket is how many nodes have exactly the free devices it lists. A pool
+// device it does not list has none free on them.
+type Bucket struct {
+	Nodes int64  `json:"nodes"`
+	Free  []Free `json:"free"`
+}
+
+// Free is how many devices of one pool device (by name) a node has free.
+type Free struct {
+	Name  string `json:"name"`
+	Count int64  `json:"count"`
+}
+
+// PoolReport computes the pool's report from the view, as CONTRACT 2.3
+// defines it. It returns an error for a pool description or a view it
+// cannot read (naming the object and the field), or when the allocator
+// fails; never a report it could not compute in full. It changes nothing
+// it is given: the reports of many pools of one view may be computed at
+// once.
+func PoolReport(ctx context.Context, pool Pool, view View) (Report, error) {
+	devices, err := pool.devices()
+	if err != nil {
+		return Report{}, fmt.Errorf("pool %s: %w", pool.Name, err)
+	}
+	if view.SyncedAt.IsZero() {
+		return Report{}, fmt.Errorf("view: SyncedAt is not set: a report needs the time its view is complete as of")
+	}
+	nodes, err := poolNodes(view.Nodes, pool.selector())
+	if err != nil {
+		return Report{}, err
+	}
+	classes, err := indexClasses(view.DeviceClasses, devices)
+	if err != nil {
+		return Report{}, fmt.Errorf("pool %s: %w", pool.Name, err)
+	}
+	sliceIdx, err := indexSlices(view.ResourceSlices)
+	if err != nil {
+		return Report{}, err
+	}
+	held, err := allocated(view.ResourceClaims)
+	if err != nil {
+		return Report{}, err
+	}
+	c := &counter{devices: devices, classes: classes, slices: sliceIdx, holdings: held}
+
+	var groups []group
+	byFree := map[string]int{}
+	var key []byte
+	var leftOut map[string]string
+	for _, n := range nodes {
+		why := unschedulable(n, pool.Tolerations)
+		if id, incomplete := sliceIdx.incomplete(n.Name); why == "" && incomplete {
+			why = fmt.Sprintf("resource pool %s is incomplete", id)
+		}
+		if why != "" {
+			if leftOut == nil {
+				leftOut = map[string]string{}
+			}
+			leftOut[n.Name] = why
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return Report{}, fmt.Errorf("pool %s: %w", pool.Name, err)
+		}
+		free, err := c.free(ctx, n)
+		if err != nil {
+			return Report{}, fmt.Errorf("pool %s: %w", pool.Name, err)
+		}
+		key = key[:0]
+		for _, f := range free {
+			key = strconv.AppendInt(append(key, ','), f, 10)
+		}
+		if i, ok := byFree[string(key)]; ok {
+			groups[i].nodes++
+			continue
+		}
+		byFree[string(key)] = len(groups)
+		groups = append(groups, group{free: free, nodes: 1})
+	}
+	slices.SortFunc(groups, func(a, b group) int { return compareFree(a.free, b.free) })
+	groups = merge(groups, MaxBuckets)
+
+	r := Report{
+		ObservedNodes: int64(len(nodes)),
+		// Rounded down: a replica's PodsScheduled time is whole seconds,
+		// and the function counts a replica as reported when that time is
+		// strictly before observedAt. A pod bound at 12:00:00.7, after a
+		// sync at 12:00:00.5, reads as bound at 12:00:00: not before
+		// 12:00:00, so it is still charged, as it must be.
+		ObservedAt:         view.SyncedAt.UTC().Truncate(time.Second),
+		NodesByFreeDevices: make([]Bucket, 0, len(groups)),
+		LeftOut:            leftOut,
+	}
+	for _, g := range groups {
+		b := Bucket{Nodes: g.nodes, Free: []Free{}}
+		for k, d := range devices {
+			if g.free[k] > 0 {
+				b.Free = append(b.Free, Free{Name: d.name, Count: g.free[k]})
+			}
+		}
+		r.NodesByFreeDevices = append(r.NodesByFreeDevices, b)
+	}
+	return r, nil
+}
+
+// poolNodes checks the view's Nodes and returns the pool's, by name.
+func poolNodes(all []*corev1.Node, sel labels.Selector) ([]*corev1.Node, error) {
+	var out []*corev1.Node
+	seen := make(map[string]bool, len(all))
+	for i, n := range all {
+		switch {
+		case n == nil:
+			return nil, fmt.Errorf("view.Nodes[%d]: nil", i)
+		case n.Name == "":
+			return nil, fmt.Errorf("view.Nodes[%d]: metadata.name: empty", i)
+		case seen[n.Name]:
+			return nil, fmt.Errorf("view.Nodes[%d]: Node %s is listed twice", i, n.Name)
+		}
+		seen[n.Name] = true
+		if sel.Matches(labels.Set(n.Labels)) {
+			out = append(out, n)
+		}
+	}
+	slices.SortFunc(out, func(a, b *corev1.Node) int { return cmp.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Fill sets the pool's observedNodes, observedAt and nodesByFreeDevices to
+// the report, as decoded JSON: what the function reads from the
+// InferenceCluster once the agent has published it.
+func (r Report) Fill(p *v1alpha1.GPUPool) {
+	buckets := make([]any, 0, len(r.NodesByFreeDevices))
+	for _, b := range r.NodesByFreeDevices {
+		free := make([]any, 0, len(b.Free))
+		for _, f := range b.Free {
+			free = append(free, map[string]any{"name": f.Name, "count": float64(f.Count)})
+		}
+		buckets = append(buckets, map[string]any{"nodes": float64(b.Nodes), "free": free})
+	}
+	p.ObservedNodes = float64(r.ObservedNodes)
+	p.ObservedAt = r.ObservedAt.UTC().Format(time.RFC3339)
+	p.NodesByFreeDevices = buckets
+}

@@ -1,0 +1,542 @@
+package main
+
+// fleetGen makes random RunFunctionRequests: fleets of a few clusters,
+// their pools and agent reports (usable, stale, from the future, invalid in
+// a dozen ways), replicas of this and other deployments (pinned, stamped,
+// PodsScheduled True, False, unreadable), observed composed resources, a
+// ModelCache found, missing or unresolved, function inputs good and bad, and
+// objects that do not decode. An episode is a fleet and the few reconciles
+// that follow it, each changing it a little, with uids and resourceVersions
+// as an API server gives them, so that a server's caches serve most of it.
+// It depends only on the API types and fixture builders.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/crossplane/function-sdk-go/logging"
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+	"github.com/modelplaneai/fleet-scheduler/scheduling"
+)
+
+var genClock = time.Date(2026, 10, 20, 20, 6, 0, 0, time.UTC)
+
+type fleetGen struct {
+	rng *rand.Rand
+	// episode state: objects kept across the requests of an episode.
+	clusters []map[string]any
+	replicas []map[string]any
+	xr       map[string]any
+	input    *structpb.Struct
+	observed map[string]any
+	cache    string // "", "found", "missing", "unresolved"
+	now      time.Time
+	rv       int
+}
+
+func (g *fleetGen) n(k int) int       { return g.rng.IntN(k) }
+func (g *fleetGen) p(pr float64) bool { return g.rng.Float64() < pr }
+
+func dgToMap(v any) map[string]any {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		panic(err)
+	}
+	return m
+}
+
+func (g *fleetGen) nextRV() string { g.rv++; return strconv.Itoa(g.rv) }
+
+var genCELs = []string{
+	fx.MemAtLeast80Gi,
+	`device.attributes["gpu.nvidia.com"].productName.startsWith("NVIDIA")`,
+	`device.attributes["gpu.nvidia.com"].model == "h100"`,
+	`device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0`,
+	fx.IB,
+	`device.driver == "gpu.nvidia.com"`,
+}
+
+func (g *fleetGen) request() v1alpha1.DeviceSelector {
+	switch {
+	case g.p(0.03):
+		return fx.Request("gpu", int64(1+g.n(2)), "device.attributes[") // does not compile
+	case g.p(0.15):
+		return fx.Request("nic", 1, fx.IB)
+	}
+	var cels []string
+	if g.p(0.5) {
+		cels = append(cels, genCELs[g.n(len(genCELs))])
+	}
+	return fx.Request("gpu", int64([]int{1, 1, 1, 1, 1, 1, 2, 2, 4, 8}[g.n(10)]), cels...)
+}
+
+func (g *fleetGen) engine(name string) v1alpha1.Engine {
+	var reqs []v1alpha1.DeviceSelector
+	for range 1 + g.n(2)*g.n(2) {
+		reqs = append(reqs, g.request())
+	}
+	var e v1alpha1.Engine
+	if g.p(0.25) {
+		e = fx.Gang(name, int64(g.n(3)), reqs...)
+	} else {
+		e = fx.Standalone(name, reqs...)
+		if g.p(0.1) {
+			e.Members = append(e.Members, fx.Member(v1alpha1.RoleStandalone, 0))
+		}
+	}
+	if g.p(0.2) {
+		e = fx.Copies(e, int64(1+g.n(3)))
+	}
+	if g.p(0.1) {
+		e = fx.Phase(e, "Prefill")
+	}
+	return e
+}
+
+func (g *fleetGen) deployment() map[string]any {
+	names := []string{"m", "qwen", "llama"}
+	w := fx.Deployment(names[g.n(len(names))]).Replicas(int64(g.n(7)))
+	if g.p(0.1) {
+		w = w.Replicas(int64(-1 + g.n(2)*100))
+	}
+	if g.p(0.2) {
+		w = w.Namespace("other")
+	}
+	engines := []v1alpha1.Engine{g.engine("main")}
+	if g.p(0.3) {
+		engines = append([]v1alpha1.Engine{g.engine("prefill")}, engines...)
+	}
+	w = w.Engines(engines...)
+	if g.p(0.3) {
+		w = w.Tolerations(v1alpha1.Toleration{Key: "maint", Operator: []string{"Exists", "Equal"}[g.n(2)], Value: "x", Effect: []string{"", "NoSchedule", "NoExecute"}[g.n(3)]})
+	}
+	if g.p(0.2) {
+		w = w.ClusterSelector(map[string]string{"tier": "prod"})
+	}
+	if g.p(0.2) {
+		w = w.Labels(map[string]string{"team": "ml", "modelplane.ai/cluster": "spoof"})
+	}
+	if g.p(0.3) {
+		w = w.Cache("qwen-cache")
+	}
+	xr := w.Obj()
+	if g.p(0.3) {
+		xr.Metadata.UID = "xr-uid"
+	}
+	return dgToMap(xr)
+}
+
+func (g *fleetGen) device() v1alpha1.Device {
+	if g.p(0.15) {
+		return fx.NIC(int64(1 + g.n(4)))
+	}
+	d := fx.GPU("gpu", int64([]int{1, 2, 4, 8}[g.n(4)]), []string{"24Gi", "80Gi", "141Gi"}[g.n(3)])
+	if g.p(0.4) {
+		d.Attributes["model"] = v1alpha1.DeviceAttribute{String: new([]string{"h100", "l4"}[g.n(2)])}
+	}
+	if g.p(0.05) {
+		d.Attributes["driverVersion"] = v1alpha1.DeviceAttribute{Version: new([]string{"1.2.3", "not-semver"}[g.n(2)])}
+	}
+	if g.p(0.05) {
+		d.Capacity["memory"] = v1alpha1.DeviceCapacityVal{Value: "lots"}
+	}
+	if g.p(0.1) {
+		d.Claim = v1alpha1.ClaimSynthetic
+	}
+	return d
+}
+
+func (g *fleetGen) pool(name string) v1alpha1.GPUPool {
+	nodes := int64(g.n(7))
+	w := fx.Pool(name, nodes)
+	devs := []v1alpha1.Device{g.device()}
+	if g.p(0.25) {
+		devs = append(devs, fx.NIC(int64(1+g.n(2))))
+	}
+	w = w.Devices(devs...)
+	perNode := int64(1)
+	if devs[0].Count != nil {
+		perNode = *devs[0].Count
+	}
+	switch r := g.rng.Float64(); {
+	case r < 0.3: // missing
+	case r < 0.75: // usable or stale
+		age := time.Duration(g.n(400)) * time.Second
+		if g.p(0.1) {
+			age = -time.Duration(g.n(700)) * time.Second
+		}
+		observed := int64(g.n(int(nodes) + 2))
+		var buckets []fx.Bucket
+		left := observed
+		for left > 0 && g.p(0.8) {
+			k := int64(1 + g.n(int(left)))
+			buckets = append(buckets, fx.NodesFree(k, devs[0].Name, int64(g.n(int(perNode)+1))))
+			left -= k
+		}
+		w = w.Observed(g.now.Add(-age), observed, buckets...)
+	default: // invalid
+		at := strconv.Quote(g.now.Add(-30 * time.Second).Format(time.RFC3339))
+		bad := [][3]string{
+			{at, "-1", "[]"},
+			{at, "2", `[{"nodes":3,"free":[{"name":"gpu","count":1}]}]`},
+			{at, "2", `[{"nodes":1,"free":[{"name":"nope","count":1}]}]`},
+			{at, "2", `[{"nodes":1,"free":[{"name":"gpu","count":99}]}]`},
+			{`"yesterday"`, "2", "[]"},
+			{`"2026-10-20t20:05:00z"`, "1", "[]"},
+			{at, `"two"`, "[]"},
+			{at, "2", `{"nodes":1}`},
+			{"", "2", "[]"},
+			{at, "", "[]"},
+			{at, "1.5", "[]"},
+			{"12", "1", "[]"},
+		}[g.n(12)]
+		w = w.RawObservation(bad[0], bad[1], bad[2])
+	}
+	return w.Obj()
+}
+
+func (g *fleetGen) cluster(name string) map[string]any {
+	w := fx.Cluster(name)
+	switch r := g.rng.Float64(); {
+	case r < 0.1:
+		w = w.NotReady()
+	case r < 0.15:
+		w = w.Gateway("")
+		w.Status.Gateway = nil
+	case r < 0.3:
+		w = w.Hostname(name + ".gw.example.com")
+	}
+	if g.p(0.2) {
+		w = w.Taint("maint", "x", []string{"NoSchedule", "NoExecute", "PreferNoSchedule"}[g.n(3)])
+	}
+	if g.p(0.2) {
+		w = w.PlacementLabels(map[string]string{"region": "eu", "modelplane.ai/deployment": "spoof"})
+	}
+	var pools []v1alpha1.GPUPool
+	for i := range 1 + g.n(3) {
+		pools = append(pools, g.pool([]string{"l4", "h100", "default"}[i]))
+	}
+	if g.p(0.05) {
+		pools = append(pools, pools[0])
+	}
+	w = w.Pools(pools...)
+	c := w.Obj()
+	if g.p(0.5) {
+		c.Metadata.UID, c.Metadata.ResourceVersion = "uid-"+name, g.nextRV()
+	}
+	m := dgToMap(c)
+	if g.p(0.01) {
+		// Malformed: a string where a number goes.
+		status := m["status"].(map[string]any)
+		status["gpuPools"].([]any)[0].(map[string]any)["nodes"] = "three"
+	}
+	if g.p(0.01) {
+		status := m["status"].(map[string]any)
+		status["conditions"].([]any)[0].(map[string]any)["status"] = true
+	}
+	return m
+}
+
+func (g *fleetGen) replica(deployment, ns string, clusters []string, pools []string, index int) map[string]any {
+	cluster := clusters[g.n(len(clusters))]
+	w := fx.Replica(deployment, cluster, index).Namespace(ns)
+	pool := pools[g.n(len(pools))]
+	var engines []v1alpha1.ReplicaEngine
+	switch r := g.rng.Float64(); {
+	case r < 0.6:
+		engines = []v1alpha1.ReplicaEngine{fx.PinnedStandalone("main", pool, fx.Stamped(int64(1+g.n(4))))}
+	case r < 0.75:
+		engines = []v1alpha1.ReplicaEngine{fx.PinnedGang("main", pool, int64(g.n(3)), fx.Stamped(int64(1+g.n(2))))}
+	case r < 0.85:
+		engines = []v1alpha1.ReplicaEngine{fx.PinnedStandalone("prefill", pool, fx.Stamped(1)), fx.PinnedStandalone("main", pool, fx.Stamped(1))}
+	case r < 0.9:
+		engines = []v1alpha1.ReplicaEngine{fx.PinnedStandalone("main", pool)}
+	default:
+		engines = []v1alpha1.ReplicaEngine{fx.PinnedStandalone("main", pool, v1alpha1.DeviceRequest{Name: "gpu", DeviceClassName: "other.class", Count: 1})}
+	}
+	w = w.Engines(engines...)
+	switch r := g.rng.Float64(); {
+	case r < 0.3:
+	case r < 0.7:
+		w = w.PodsScheduled("True", g.now.Add(-time.Duration(g.n(600))*time.Second))
+	case r < 0.85:
+		w = w.PodsScheduled("False", g.now.Add(-time.Duration(g.n(3600))*time.Second))
+	case r < 0.9:
+		w = w.Conditions(v1alpha1.Condition{Type: "PodsScheduled", Status: "True", LastTransitionTime: "soon"})
+	case r < 0.95:
+		w = w.Conditions(v1alpha1.Condition{Type: "Ready", Status: "True"}, v1alpha1.Condition{Type: "PodsScheduled", Status: "True", LastTransitionTime: "2026-10-20t20:00:00z"})
+	default:
+		w = w.Conditions(v1alpha1.Condition{Type: "Synced", Status: "True"})
+	}
+	r := w.Obj()
+	if g.p(0.6) {
+		r.Metadata.UID, r.Metadata.ResourceVersion = fmt.Sprintf("uid-%s-%s-%d-%d", ns, deployment, index, g.n(1000)), g.nextRV()
+	}
+	if g.p(0.05) {
+		r.Metadata.Labels[v1alpha1.LabelReplicaIndex] = []string{"x", "+1", "1_0", ""}[g.n(4)]
+	}
+	m := dgToMap(r)
+	if g.p(0.008) {
+		m["spec"].(map[string]any)["engines"] = "none"
+	}
+	if g.p(0.008) {
+		m["status"] = map[string]any{"conditions": "broken"}
+	}
+	if g.p(0.008) {
+		m["spec"].(map[string]any)["clusterName"] = 7.0
+	}
+	if g.p(0.03) {
+		m["metadata"].(map[string]any)["deletionTimestamp"] = g.now.Format(time.RFC3339)
+	}
+	return m
+}
+
+// newEpisode starts a new random fleet.
+func (g *fleetGen) newEpisode() {
+	g.now = genClock.Add(time.Duration(g.n(100000)) * time.Second)
+	g.xr = g.deployment()
+	names := []string{"a", "b", "c", "d"}[:1+g.n(4)]
+	if g.p(0.05) {
+		names = []string{}
+	}
+	g.clusters = nil
+	for _, n := range names {
+		g.clusters = append(g.clusters, g.cluster(n))
+	}
+	if len(names) > 0 && g.p(0.05) {
+		g.clusters = append(g.clusters, g.cluster(names[0]))
+	}
+	g.replicas = nil
+	clusterNames := append(append([]string{}, names...), "gone")
+	pools := []string{"l4", "h100", "default", "gone"}
+	xrName := g.xr["metadata"].(map[string]any)["name"].(string)
+	xrNS := g.xr["metadata"].(map[string]any)["namespace"].(string)
+	for i := range g.n(12) {
+		switch r := g.rng.Float64(); {
+		case r < 0.5:
+			g.replicas = append(g.replicas, g.replica(xrName, xrNS, clusterNames, pools, i%4))
+		case r < 0.6:
+			g.replicas = append(g.replicas, g.replica(xrName, "elsewhere", clusterNames, pools, i%4))
+		default:
+			g.replicas = append(g.replicas, g.replica([]string{"other", "third"}[g.n(2)], "ml-team", clusterNames, pools, i))
+		}
+	}
+	g.observed = map[string]any{}
+	for _, r := range g.replicas {
+		md := r["metadata"].(map[string]any)
+		labels, _ := md["labels"].(map[string]any)
+		if labels["modelplane.ai/deployment"] != xrName || md["namespace"] != xrNS || !g.p(0.7) {
+			continue
+		}
+		spec, _ := r["spec"].(map[string]any)
+		cl, _ := spec["clusterName"].(string)
+		key := fmt.Sprintf("replica-%s-%v", cl, labels["modelplane.ai/replica-index"])
+		obs := maps.Clone(r)
+		status := "False"
+		if g.p(0.6) {
+			status = "True"
+		}
+		obs["status"] = map[string]any{"conditions": []any{map[string]any{"type": "Ready", "status": status}}}
+		g.observed[key] = obs
+		if status == "True" && g.p(0.5) {
+			g.observed["endpoint-"+key[len("replica-"):]] = map[string]any{
+				"apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelEndpoint",
+				"metadata": map[string]any{"name": md["name"], "namespace": xrNS},
+				"spec":     map[string]any{"url": "http://x/"},
+				"status":   map[string]any{"conditions": []any{map[string]any{"type": "Ready", "status": "True"}}},
+			}
+		}
+	}
+	g.cache = []string{"found", "missing", "unresolved", "found", "found", "found"}[g.n(6)]
+	g.input = nil
+	if g.p(0.3) {
+		in := map[string]any{"apiVersion": "scheduler.fn.modelplane.ai/v1beta1", "kind": "Input"}
+		if g.p(0.5) {
+			in["observationMaxAge"] = []string{"5m", "2m", "90s", "10m", "1h", "5m", "0s", "soon"}[g.n(8)]
+		}
+		if g.p(0.5) {
+			in["assumedBinding"] = []string{"MostFree", "LeastFree", "LeastFree", "MostFree", "Sideways"}[g.n(5)]
+		}
+		if g.p(0.03) {
+			in["observationMaxAge"] = 5.0
+		}
+		s, err := structpb.NewStruct(in)
+		if err != nil {
+			panic(err)
+		}
+		g.input = s
+	}
+}
+
+// evolve changes the fleet a little, as between two reconciles.
+func (g *fleetGen) evolve() {
+	g.now = g.now.Add(time.Duration(g.n(120)) * time.Second)
+	if g.p(0.3) {
+		spec := g.xr["spec"].(map[string]any)
+		spec["replicas"] = float64(g.n(7))
+	}
+	if len(g.clusters) > 0 && g.p(0.4) {
+		i := g.n(len(g.clusters))
+		name := g.clusters[i]["metadata"].(map[string]any)["name"].(string)
+		g.clusters[i] = g.cluster(name)
+	}
+	if len(g.replicas) > 0 && g.p(0.4) {
+		g.replicas = append(g.replicas[:0:0], g.replicas[1:]...)
+	}
+}
+
+func dgStruct(m map[string]any) *structpb.Struct {
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+func (g *fleetGen) build() *fnv1.RunFunctionRequest {
+	req := &fnv1.RunFunctionRequest{
+		Meta:     &fnv1.RequestMeta{Tag: "diff"},
+		Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: dgStruct(g.xr)}, Resources: map[string]*fnv1.Resource{}},
+		Input:    g.input,
+	}
+	for k, v := range g.observed {
+		req.Observed.Resources[k] = &fnv1.Resource{Resource: dgStruct(v.(map[string]any))}
+	}
+	if g.p(0.03) {
+		// Not yet resolved at all.
+		return req
+	}
+	req.RequiredResources = map[string]*fnv1.Resources{}
+	cl := &fnv1.Resources{}
+	for _, c := range g.clusters {
+		cl.Items = append(cl.Items, &fnv1.Resource{Resource: dgStruct(c)})
+	}
+	rs := &fnv1.Resources{}
+	for _, r := range g.replicas {
+		rs.Items = append(rs.Items, &fnv1.Resource{Resource: dgStruct(r)})
+	}
+	req.RequiredResources["clusters"] = cl
+	req.RequiredResources["all-replicas"] = rs
+	switch g.cache {
+	case "found":
+		req.RequiredResources["cache"] = &fnv1.Resources{Items: []*fnv1.Resource{{Resource: dgStruct(map[string]any{
+			"apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelCache",
+			"metadata": map[string]any{"name": "qwen-cache", "namespace": "ml-team"},
+			"spec":     map[string]any{"clusterSelector": map[string]any{"matchLabels": map[string]any{"region": "eu"}}},
+		})}}}
+	case "missing":
+		req.RequiredResources["cache"] = &fnv1.Resources{}
+	}
+	return req
+}
+
+// TestFirstCallAnswersAsWarm: a server's first call after a restart, its
+// caches empty, answers exactly what a server that has served the fleet
+// before answers: over random fleets, the response of a fresh server to the
+// decoded request and of one long-lived server through the request codec,
+// with its caches and recycled buffers, are byte for byte the same.
+func TestFirstCallAnswersAsWarm(t *testing.T) {
+	n := 2000
+	if testing.Short() {
+		n = 200
+	}
+	g := &fleetGen{rng: rand.New(rand.NewPCG(42, 7))}
+	var clock time.Time
+	warm := &Function{log: logging.NewNopLogger(), now: func() time.Time { return clock }, fleet: fleet.NewReader(), selectors: scheduling.NewSelectors()}
+	for i := range n {
+		if i%4 == 0 {
+			g.newEpisode()
+		} else {
+			g.evolve()
+		}
+		req := g.build()
+		clock = g.now
+		fresh := &Function{log: logging.NewNopLogger(), now: func() time.Time { return clock }}
+		want, err := fresh.RunFunction(context.Background(), proto.CloneOf(req))
+		if err != nil {
+			t.Fatalf("request %d: RunFunction(...): %v", i, err)
+		}
+		got := serve(t, warm, req)
+		deterministic := proto.MarshalOptions{Deterministic: true}
+		wb, err := deterministic.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gb, err := deterministic.Marshal(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(wb, gb) {
+			t.Fatalf("request %d: a warm server answers otherwise than a fresh one: -fresh, +warm:\n%s", i, cmp.Diff(want, got, protocmp.Transform()))
+		}
+	}
+}
+
+// ownedConditions are the XR conditions the function owns.
+var ownedConditions = []string{condReplicasScheduled, condReplicasReady, condModelCacheResolved, condCapacityObserved}
+
+// TestEveryCallSetsEveryCondition: Crossplane keeps a condition a function
+// stops returning, so every call that gets as far as the fleet sets every
+// condition the function owns, on every path: placed, no clusters, an
+// invalid nodeSelector, a ModelCache missing or not referenced.
+func TestEveryCallSetsEveryCondition(t *testing.T) {
+	g := &fleetGen{rng: rand.New(rand.NewPCG(7, 42))}
+	paths := map[string]int{}
+	for i := range 2000 {
+		if i%4 == 0 {
+			g.newEpisode()
+		} else {
+			g.evolve()
+		}
+		req := g.build()
+		clock := g.now
+		f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return clock }}
+		rsp, err := f.RunFunction(context.Background(), req)
+		if err != nil {
+			t.Fatalf("request %d: RunFunction(...): %v", i, err)
+		}
+		_, clusters := req.GetRequiredResources()[requiredClusters]
+		_, replicas := req.GetRequiredResources()[requiredReplicas]
+		_, cache := req.GetRequiredResources()[requiredCache]
+		fatal := slices.ContainsFunc(rsp.GetResults(), func(r *fnv1.Result) bool { return r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL })
+		if fatal || !clusters || !replicas || (rsp.GetRequirements().GetResources()[requiredCache] != nil && !cache) {
+			continue
+		}
+		got := map[string]string{}
+		for _, c := range rsp.GetConditions() {
+			got[c.GetType()] = c.GetReason()
+		}
+		paths[got[condReplicasScheduled]]++
+		for _, typ := range ownedConditions {
+			if _, ok := got[typ]; !ok {
+				t.Errorf("request %d: no %s condition; the response sets %v", i, typ, got)
+			}
+		}
+	}
+	for _, reason := range []string{reasonReplicasCreated, reasonScheduling, reasonInsufficientCapacity, reasonNoClusters, reasonInvalidNodeSelector} {
+		if paths[reason] == 0 {
+			t.Errorf("no request took the %s path: the generator is too narrow (paths taken: %v)", reason, paths)
+		}
+	}
+}

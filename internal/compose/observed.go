@@ -1,0 +1,60 @@
+package compose
+
+import (
+	"strings"
+
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Prefixes of the composed-resource keys of a replica's ModelReplica and
+// ModelEndpoint: ReplicaKey and EndpointKey.
+const (
+	replicaKeyPrefix  = "replica-"
+	endpointKeyPrefix = "endpoint-"
+)
+
+// IsReplicaKey is whether a composed-resource key is a ModelReplica's.
+func IsReplicaKey(key string) bool { return strings.HasPrefix(key, replicaKeyPrefix) }
+
+// IsComposedKey is whether a composed-resource key is one this function
+// composes: a ModelReplica's or a ModelEndpoint's.
+func IsComposedKey(key string) bool {
+	return IsReplicaKey(key) || strings.HasPrefix(key, endpointKeyPrefix)
+}
+
+// EndpointKeyOf is the composed-resource key of the ModelEndpoint of the
+// ModelReplica composed under key.
+func EndpointKeyOf(replicaKey string) string {
+	return endpointKeyPrefix + strings.TrimPrefix(replicaKey, replicaKeyPrefix)
+}
+
+// IsReady reads an observed composed resource's Ready condition.
+func IsReady(s *structpb.Struct) bool {
+	conds := s.GetFields()["status"].GetStructValue().GetFields()["conditions"].GetListValue().GetValues()
+	for _, c := range conds {
+		f := c.GetStructValue().GetFields()
+		if f["type"].GetStringValue() == "Ready" {
+			return f["status"].GetStringValue() == "True"
+		}
+	}
+	return false
+}
+
+// DesiredFromObserved keeps what is composed of an object: its type, name,
+// namespace, labels and spec.
+func DesiredFromObserved(s *structpb.Struct) *structpb.Struct {
+	out := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for _, k := range []string{"apiVersion", "kind", "spec"} {
+		if v, ok := s.GetFields()[k]; ok {
+			out.Fields[k] = v
+		}
+	}
+	md := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for _, k := range []string{"name", "namespace", "labels"} {
+		if v, ok := s.GetFields()["metadata"].GetStructValue().GetFields()[k]; ok {
+			md.Fields[k] = v
+		}
+	}
+	out.Fields["metadata"] = structpb.NewStructValue(md)
+	return out
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+)
+
+func TestRunFunctionHandshake(t *testing.T) {
+	xr := fx.Deployment("m").ClusterSelector(map[string]string{"tier": "prod"}).Cache("qwen").Obj()
+	ns := fx.Namespace
+	want := &fnv1.Requirements{Resources: map[string]*fnv1.ResourceSelector{
+		requiredReplicas: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelReplica, Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{}}},
+		requiredCache:    {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelCache, Match: &fnv1.ResourceSelector_MatchName{MatchName: "qwen"}, Namespace: &ns},
+		requiredClusters: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindInferenceCluster, Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{"tier": "prod"}}}},
+	}}
+	cache := &v1alpha1.ModelCache{
+		TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelCache},
+		Metadata: v1alpha1.ObjectMeta{Name: "qwen", Namespace: ns},
+		Spec:     v1alpha1.ModelCacheSpec{ClusterSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}}},
+	}
+	withCache := clone(want)
+	withCache.Resources[requiredClusters].Match = &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{"tier": "prod", "region": "eu"}}}
+
+	cases := map[string]struct {
+		reason string
+		req    *fnv1.RunFunctionRequest
+		want   *fnv1.Requirements
+		placed bool
+	}{
+		"FirstCall": {
+			reason: "Before anything is resolved the function asks for every required resource and places nothing.",
+			req:    &fnv1.RunFunctionRequest{Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: toStruct(t, xr)}}},
+			want:   want,
+		},
+		"CacheResolved": {
+			reason: "Once the ModelCache resolves, its footprint narrows the clusters asked for.",
+			req: &fnv1.RunFunctionRequest{
+				Observed:          &fnv1.State{Composite: &fnv1.Resource{Resource: toStruct(t, xr)}},
+				RequiredResources: map[string]*fnv1.Resources{requiredCache: resources(t, cache)},
+			},
+			want: withCache,
+		},
+		"AllResolved": {
+			reason: "With everything resolved the requirements are the same and replicas are placed.",
+			req: &fnv1.RunFunctionRequest{
+				Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: toStruct(t, xr)}},
+				RequiredResources: map[string]*fnv1.Resources{
+					requiredCache:    resources(t, cache),
+					requiredClusters: resources(t, fx.Cluster("a").Obj()),
+					requiredReplicas: resources(t),
+				},
+			},
+			want:   withCache,
+			placed: true,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rsp := run(t, tc.req)
+			if diff := cmp.Diff(tc.want, rsp.GetRequirements(), protocmp.Transform()); diff != "" {
+				t.Errorf("%s\nRunFunction(...) requirements: -want, +got:\n%s", tc.reason, diff)
+			}
+			if got := len(rsp.GetDesired().GetResources()) > 0; got != tc.placed {
+				t.Errorf("%s\nRunFunction(...) placed replicas: want %t, got %t", tc.reason, tc.placed, got)
+			}
+		})
+	}
+}
+
+func clone(r *fnv1.Requirements) *fnv1.Requirements {
+	return proto.Clone(r).(*fnv1.Requirements)
+}
+
+func TestRunFunctionFatal(t *testing.T) {
+	xr := fx.Deployment("m").Obj()
+	input := func(s string) *structpb.Struct {
+		st := &structpb.Struct{}
+		if err := protojson.Unmarshal([]byte(s), st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	badXR := toStruct(t, xr)
+	badXR.Fields["spec"].GetStructValue().Fields["replicas"] = structpb.NewStringValue("three")
+
+	cases := map[string]struct {
+		reason string
+		req    *fnv1.RunFunctionRequest
+		want   string
+	}{
+		"UnparseableDuration": {
+			reason: "An observationMaxAge that is not a duration is Fatal and names the field.",
+			req: func() *fnv1.RunFunctionRequest {
+				r := request(t, xr, nil, nil)
+				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","observationMaxAge":"five minutes"}`)
+				return r
+			}(),
+			want: `invalid Function input: observationMaxAge: Invalid value: "five minutes": must be a duration such as 5m or 90s`,
+		},
+		"NegativeDuration": {
+			reason: "A negative observationMaxAge is out of range.",
+			req: func() *fnv1.RunFunctionRequest {
+				r := request(t, xr, nil, nil)
+				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","observationMaxAge":"-1m"}`)
+				return r
+			}(),
+			want: `invalid Function input: observationMaxAge: Invalid value: "-1m": must be positive`,
+		},
+		"UnknownBinding": {
+			reason: "An unknown assumedBinding is Fatal and names the field and the supported values.",
+			req: func() *fnv1.RunFunctionRequest {
+				r := request(t, xr, nil, nil)
+				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","assumedBinding":"Random"}`)
+				return r
+			}(),
+			want: `invalid Function input: assumedBinding: Unsupported value: "Random": supported values: "MostFree", "LeastFree"`,
+		},
+		"UnparseableReplaceAfter": {
+			reason: "A replaceUnscheduledAfter that is not a duration is Fatal and names the field.",
+			req: func() *fnv1.RunFunctionRequest {
+				r := request(t, xr, nil, nil)
+				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","replaceUnscheduledAfter":"soon"}`)
+				return r
+			}(),
+			want: `invalid Function input: replaceUnscheduledAfter: Invalid value: "soon": must be a duration such as 15m or 1h, or 0s to turn re-placing off`,
+		},
+		"NegativeReplaceAfter": {
+			reason: "A negative replaceUnscheduledAfter is out of range.",
+			req: func() *fnv1.RunFunctionRequest {
+				r := request(t, xr, nil, nil)
+				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","replaceUnscheduledAfter":"-5m"}`)
+				return r
+			}(),
+			want: `invalid Function input: replaceUnscheduledAfter: Invalid value: "-5m": must not be negative`,
+		},
+		"WrongTypeInXR": {
+			reason: "An XR field of the wrong type is Fatal and names the field.",
+			req:    &fnv1.RunFunctionRequest{Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: badXR}}},
+			want:   "cannot read ModelDeployment: spec.replicas: cannot use a JSON string as int64",
+		},
+		"DuplicateEngineNames": {
+			reason: "Two engines of one name are refused, naming the field, rather than composed.",
+			req: request(t, fx.Deployment("m").Engines(fx.Standalone("main", fx.GPURequest(1)), fx.Gang("main", 1, fx.GPURequest(1))).Obj(),
+				[]any{fx.Cluster("a").Obj()}, nil),
+			want: `invalid ModelDeployment: spec.template.spec.engines[1].name: Duplicate value: "main"`,
+		},
+		"MissingXR": {
+			reason: "A request without an observed XR is Fatal, not a panic.",
+			req:    &fnv1.RunFunctionRequest{},
+			want:   "cannot read ModelDeployment: it is missing from the request",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rsp := run(t, tc.req)
+			want := []*fnv1.Result{result(fnv1.Severity_SEVERITY_FATAL, tc.want)}
+			if diff := cmp.Diff(want, rsp.GetResults(), protocmp.Transform()); diff != "" {
+				t.Errorf("%s\nRunFunction(...) results: -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
