@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
 	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
@@ -19,16 +20,31 @@ type Reconciler interface {
 
 // Direct reconciles through the packages fn.go calls, without the protobuf
 // boundary: observation.Clusters and observation.Replicas, then
-// scheduling.Schedule, then a ModelReplica per placement named and built as
-// the function composes it (contract section 3).
+// scheduling.Schedule with the function input's defaults (re-placing
+// replicas whose pods stay unscheduled after 15m included), then a
+// ModelReplica per placement named and built as the function composes it
+// (contract section 3).
 type Direct struct {
 	// MaxAge is observationMaxAge; zero means the default 5m.
 	MaxAge time.Duration
 	// Binding is the function input's assumedBinding.
 	Binding scheduling.Binding
+	// ReplaceAfter is replaceUnscheduledAfter; zero means the default 15m,
+	// a negative duration turns re-placing off.
+	ReplaceAfter time.Duration
 	// Cache, when not nil, keeps what was observed between calls.
 	Cache *Cache
 }
+
+// defaultReplaceAfter is the function input's default
+// replaceUnscheduledAfter.
+var defaultReplaceAfter = func() time.Duration {
+	d, err := time.ParseDuration(v1beta1.DefaultReplaceUnscheduledAfter)
+	if err != nil {
+		panic(err) // The default is a constant the input package tests.
+	}
+	return d
+}()
 
 // Cache keeps what Direct observed between calls, as the function's server
 // keeps what it read and observed of each unchanged object (and its
@@ -88,11 +104,14 @@ func (d Direct) Reconcile(dep *v1alpha1.ModelDeployment, clusters []*v1alpha1.In
 		maxAge = DefaultMaxAge
 	}
 	cs, rs := d.Cache.observe(clusters, replicas, now, maxAge)
-	opts := scheduling.Options{Binding: d.Binding}
+	opts := scheduling.Options{Binding: d.Binding, ReplaceUnscheduledAfter: max(d.ReplaceAfter, 0)}
+	if d.ReplaceAfter == 0 {
+		opts.ReplaceUnscheduledAfter = defaultReplaceAfter
+	}
 	if d.Cache != nil {
 		opts.Selectors = d.Cache.selectors
 	}
-	plan, err := scheduling.Schedule(scheduling.Snapshot{Deployment: dep, Clusters: cs, Replicas: rs, Options: opts})
+	plan, err := scheduling.Schedule(scheduling.Snapshot{Deployment: dep, Clusters: cs, Replicas: rs, Options: opts, Now: now})
 	if err != nil {
 		return nil, fmt.Errorf("cannot schedule %s: %w", dep.Metadata.Name, err)
 	}

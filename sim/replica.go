@@ -45,8 +45,10 @@ type replica struct {
 	cluster    *simCluster
 	pods       []*pod
 	owners     []metav1.Object
-	// scheduledAt is when PodsScheduled became True; nil while it is False.
-	scheduledAt *time.Time
+	// scheduledAt is when PodsScheduled became True; nil while it is False,
+	// as it has been since pendingSince.
+	scheduledAt  *time.Time
+	pendingSince time.Time
 }
 
 func (r *replica) bound() bool {

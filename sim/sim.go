@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -122,9 +123,10 @@ type state struct {
 	clusters    []*simCluster
 	deployments map[string]*v1alpha1.ModelDeployment
 	// settled are the deployments whose last reconcile changed nothing
-	// and placed all they want. Reconciling one again changes nothing
-	// until its demand does: it retains every replica (its clusters and
-	// pools never go away here) and fills nothing. Crossplane would still
+	// and placed all they want, every pod bound. Reconciling one again
+	// changes nothing until its demand does: it retains every replica (its
+	// clusters and pools never go away here), has none to re-place and
+	// fills nothing. Crossplane would still
 	// call the function on its poll interval; the simulator skips the
 	// no-op, which large fleets cannot afford.
 	settled  map[string]bool
@@ -370,12 +372,12 @@ func (s *state) reconcile(now time.Time) (bool, int, error) {
 		if err != nil {
 			return false, 0, err
 		}
-		c, err := s.apply(name, desired)
+		c, err := s.apply(name, desired, now)
 		if err != nil {
 			return false, 0, err
 		}
 		changed = changed || c
-		s.settled[name] = !c && len(desired) == int(dep.Spec.Replicas)
+		s.settled[name] = !c && len(desired) == int(dep.Spec.Replicas) && s.bound(name)
 	}
 	return changed, len(names), nil
 }
@@ -397,21 +399,24 @@ func (s *state) collect() (bool, error) {
 }
 
 // apply makes a deployment's replicas the desired ones: deletes the rest,
-// creates the new with their pods.
-func (s *state) apply(name string, desired []*v1alpha1.ModelReplica) (bool, error) {
+// creates the new with their pods, re-creates the pods of one the function
+// re-placed onto another pool (same name, new pins), and keeps the
+// annotations it writes.
+func (s *state) apply(name string, desired []*v1alpha1.ModelReplica, now time.Time) (bool, error) {
 	want := map[string]*v1alpha1.ModelReplica{}
 	for _, d := range desired {
 		want[d.Metadata.Name] = d
 	}
-	have := map[string]bool{}
+	have := map[string]*replica{}
 	changed := false
 	var err error
 	s.replicas = slices.DeleteFunc(s.replicas, func(r *replica) bool {
 		if r.deployment != name {
 			return false
 		}
-		have[r.obj.Metadata.Name] = true
-		if want[r.obj.Metadata.Name] != nil {
+		d := want[r.obj.Metadata.Name]
+		if d != nil && samePins(r.obj, d) {
+			have[r.obj.Metadata.Name] = r
 			return false
 		}
 		err = errors.Join(err, r.release())
@@ -422,7 +427,13 @@ func (s *state) apply(name string, desired []*v1alpha1.ModelReplica) (bool, erro
 		return false, err
 	}
 	for _, d := range desired {
-		if have[d.Metadata.Name] {
+		if r := have[d.Metadata.Name]; r != nil {
+			if !maps.Equal(r.obj.Metadata.Annotations, d.Metadata.Annotations) {
+				obj := *r.obj
+				obj.Metadata.Annotations = d.Metadata.Annotations
+				r.obj = &obj
+				changed = true
+			}
 			continue
 		}
 		c := s.cluster(d.Spec.ClusterName)
@@ -434,11 +445,42 @@ func (s *state) apply(name string, desired []*v1alpha1.ModelReplica) (bool, erro
 		if err != nil {
 			return false, err
 		}
+		r.pendingSince = now
 		setPodsScheduled(r)
 		s.replicas = append(s.replicas, r)
 		changed = true
 	}
 	return changed, nil
+}
+
+// samePins reports whether two ModelReplicas pin the same members to the
+// same pools of the same cluster.
+func samePins(a, b *v1alpha1.ModelReplica) bool {
+	if a.Spec.ClusterName != b.Spec.ClusterName || len(a.Spec.Engines) != len(b.Spec.Engines) {
+		return false
+	}
+	for i, e := range a.Spec.Engines {
+		f := b.Spec.Engines[i]
+		if e.Name != f.Name || len(e.Members) != len(f.Members) {
+			return false
+		}
+		for j, m := range e.Members {
+			if m.NodePoolName != f.Members[j].NodePoolName {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// bound reports whether every replica of a deployment has its pods bound.
+func (s *state) bound(deployment string) bool {
+	for _, r := range s.replicas {
+		if r.deployment == deployment && !r.bound() {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *state) cluster(name string) *simCluster {
@@ -478,9 +520,10 @@ func (s *state) bind(ctx context.Context, t time.Time) (bool, error) {
 }
 
 // setPodsScheduled writes the replica's PodsScheduled condition as the
-// agent relays it: True since the last pod bound, else False.
+// agent relays it: True since the last pod bound, else False since the
+// replica's pods were created.
 func setPodsScheduled(r *replica) {
-	c := map[string]any{"type": observation.ConditionPodsScheduled, "status": "False", "reason": "PodsPending"}
+	c := map[string]any{"type": observation.ConditionPodsScheduled, "status": "False", "reason": "PodsPending", "lastTransitionTime": r.pendingSince.UTC().Format(time.RFC3339)}
 	if r.scheduledAt != nil {
 		c = map[string]any{"type": observation.ConditionPodsScheduled, "status": "True", "reason": "PodsBound", "lastTransitionTime": r.scheduledAt.UTC().Format(time.RFC3339)}
 	}

@@ -426,3 +426,34 @@ func TestDirectCacheChangesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestStuckReplicaIsReplaced places a replica whose pod the cluster cannot
+// bind: the pool the function picks first has GPUs free but too little cpu
+// for the pod. After replaceUnscheduledAfter the function re-places it on
+// the other pool of the cluster, where it binds.
+func TestStuckReplicaIsReplaced(t *testing.T) {
+	pools := []PoolSpec{
+		{Name: "small-cpu", Nodes: 1, GPUsPerNode: 8, Memory: "80Gi", CPU: "2", NodeMemory: "64Gi"},
+		{Name: "big-cpu", Nodes: 1, GPUsPerNode: 8, Memory: "80Gi"},
+	}
+	d := withTemplates(fixture.Deployment("x").Engines(fixture.Standalone("main", fixture.GPURequest(1))).Obj())
+	sc := Scenario{Name: "stuck", Clusters: Fleet(1, pools...), Rounds: 30, Shapes: map[string]Shape{"d": {1, 1, 1, false}},
+		Events: []Event{{Round: 0, Name: "d", Replicas: 1, Deployment: d}}}
+	res, err := Run(sc.Config(Fresh(), KubeDefault, Direct{ReplaceAfter: time.Minute}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pending []int
+	for _, p := range res.Series {
+		pending = append(pending, p.Pending)
+	}
+	// Pending from round 0; stuck once False for more than a minute (round
+	// 7), re-placed, and bound the same round.
+	want := append(slices.Repeat([]int{1}, 7), slices.Repeat([]int{0}, 23)...)
+	if diff := cmp.Diff(want, pending); diff != "" {
+		t.Errorf("pods Pending by round: -want, +got:\n%s", diff)
+	}
+	if res.Running != 1 || res.Placed != 1 {
+		t.Errorf("%d of %d replicas running at the end, want 1 of 1", res.Running, res.Placed)
+	}
+}
