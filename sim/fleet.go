@@ -22,13 +22,16 @@
 //     (and their pods) and deleting the ones it drops;
 //  4. binds pending pods, oldest first, one second into the round, and sets
 //     each replica's PodsScheduled;
-//  5. lets the agent sample every pool's histogram, five seconds into the
-//     round, when its heartbeat is due and it has not stopped.
+//  5. lets the agent report every pool, five seconds into the round, when
+//     its heartbeat is due and it has not stopped: the agent package's
+//     PoolReport over the cluster's Nodes, ResourceSlices, DeviceClasses
+//     and ResourceClaims, as a cluster agent computes it.
 //
 // The fleet has one DRA device kind per pool, "gpu".
 package sim
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"time"
@@ -37,6 +40,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/modelplaneai/fleet-scheduler/agent"
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/sim/kube"
@@ -50,8 +54,8 @@ const DeviceName = "gpu"
 const GPUDriver = "gpu.nvidia.com"
 
 // PoolLabel is the node label that says which pool a node is in, and pins
-// pods to a pool.
-const PoolLabel = "modelplane.ai/pool"
+// pods to a pool: the agent package's.
+const PoolLabel = agent.PoolLabel
 
 // ClusterSpec is a simulated InferenceCluster.
 type ClusterSpec struct {
@@ -130,20 +134,21 @@ type simPool struct {
 	samples []sample
 	// published is the report on the InferenceCluster, nil before the first.
 	published *sample
+	// last is the newest report computed, and generations the pool's
+	// nodes' generations it was computed at.
+	last        *agent.Report
+	generations []uint64
 }
 
-// sample is one agent report of a pool.
+// sample is one agent report of a pool and when it reaches the
+// InferenceCluster.
 type sample struct {
-	observedAt time.Time
-	visibleAt  time.Time
-	nodes      int
-	// byFree counts nodes by free GPUs, index = free count.
-	byFree []int64
+	report    agent.Report
+	visibleAt time.Time
 }
 
-// freeGPUs counts a node's GPUs that no claim holds: the simulator's own
-// count, by the one driver each pool's slices have, until the agent's
-// report package counts them.
+// freeGPUs counts a node's GPUs that no claim holds, for the GPU-ranked
+// binders (the agent's reports come from the agent package).
 func (c *simCluster) freeGPUs(n *kube.Node) int64 {
 	var free int64
 	for _, s := range n.Slices {
@@ -159,12 +164,49 @@ func (c *simCluster) freeGPUs(n *kube.Node) int64 {
 	return free
 }
 
-func (p *simPool) sample(at, visible time.Time) sample {
-	s := sample{observedAt: at, visibleAt: visible, nodes: len(p.nodes), byFree: make([]int64, p.spec.GPUsPerNode+1)}
-	for _, n := range p.nodes {
-		s.byFree[p.cluster.freeGPUs(n)]++
+// sample is the agent's report of the pool as of at, from the cluster's
+// view, by the agent package, visible from visible on. A pool none of
+// whose nodes changed since the last report gets that report again, as of
+// at: it is a function of what changed.
+func (p *simPool) sample(ctx context.Context, view func() agent.View, at, visible time.Time) (sample, error) {
+	gens := make([]uint64, len(p.nodes))
+	for i, n := range p.nodes {
+		gens[i] = n.Generation()
 	}
-	return s
+	if p.last == nil || !slices.Equal(gens, p.generations) {
+		r, err := agent.PoolReport(ctx, agent.Pool{Name: p.spec.Name, Devices: []v1alpha1.Device{p.device()}}, view())
+		if err != nil {
+			return sample{}, fmt.Errorf("cannot report pool %s/%s: %w", p.cluster.name, p.spec.Name, err)
+		}
+		p.last, p.generations = &r, gens
+	}
+	r := *p.last
+	r.ObservedAt = at.UTC().Truncate(time.Second)
+	return sample{report: r, visibleAt: visible}, nil
+}
+
+// device is the pool's GPU as the InferenceCluster publishes it.
+func (p *simPool) device() v1alpha1.Device {
+	dev := fixture.GPU(DeviceName, p.spec.GPUsPerNode, p.spec.Memory)
+	dev.Attributes = map[string]v1alpha1.DeviceAttribute{}
+	for k, v := range gpuAttributes(p.spec) {
+		dev.Attributes[string(k)] = v1alpha1.DeviceAttribute{String: v.StringValue}
+	}
+	return dev
+}
+
+// view is the cluster as its agent's informers hold it as of at: every
+// Node, ResourceSlice, DeviceClass and ResourceClaim.
+func (c *simCluster) view(at time.Time) agent.View {
+	v := agent.View{DeviceClasses: []*resourceapi.DeviceClass{c.kube.Class(fixture.GPUClass)}, SyncedAt: at}
+	for _, n := range c.kube.Nodes() {
+		v.Nodes = append(v.Nodes, n.Obj)
+		v.ResourceSlices = append(v.ResourceSlices, n.Slices...)
+		for _, p := range n.Pods {
+			v.ResourceClaims = append(v.ResourceClaims, p.Claims...)
+		}
+	}
+	return v
 }
 
 type simCluster struct {
@@ -223,22 +265,11 @@ func gpuAttributes(ps PoolSpec) map[resourceapi.QualifiedName]resourceapi.Device
 func (c *simCluster) object() *v1alpha1.InferenceCluster {
 	pools := make([]v1alpha1.GPUPool, 0, len(c.pools))
 	for _, p := range c.pools {
-		dev := fixture.GPU(DeviceName, p.spec.GPUsPerNode, p.spec.Memory)
-		dev.Attributes = map[string]v1alpha1.DeviceAttribute{}
-		for k, v := range gpuAttributes(p.spec) {
-			dev.Attributes[string(k)] = v1alpha1.DeviceAttribute{String: v.StringValue}
-		}
-		w := fixture.Pool(p.spec.Name, int64(len(p.nodes))).Devices(dev)
+		pool := fixture.Pool(p.spec.Name, int64(len(p.nodes))).Devices(p.device()).Obj()
 		if s := p.published; s != nil {
-			var buckets []fixture.Bucket
-			for free, nodes := range slices.Backward(s.byFree) {
-				if nodes > 0 {
-					buckets = append(buckets, fixture.NodesFree(nodes, DeviceName, int64(free)))
-				}
-			}
-			w.Observed(s.observedAt, int64(s.nodes), buckets...)
+			s.report.Fill(&pool)
 		}
-		pools = append(pools, w.Obj())
+		pools = append(pools, pool)
 	}
 	return fixture.Cluster(c.name).Pools(pools...).Obj()
 }

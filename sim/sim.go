@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/modelplaneai/fleet-scheduler/agent"
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 )
@@ -182,7 +183,9 @@ func (s *state) round(ctx context.Context, round int, res *Result) error {
 	if err != nil {
 		return err
 	}
-	s.sample(now, round)
+	if err := s.sample(ctx, now, round); err != nil {
+		return err
+	}
 	if changed || bound {
 		res.Settled = round
 	}
@@ -323,24 +326,37 @@ func (s *state) publish(now time.Time) {
 }
 
 // sample lets the agent report every pool, five seconds into the round.
-func (s *state) sample(now time.Time, round int) {
+func (s *state) sample(ctx context.Context, now time.Time, round int) error {
 	a := s.cfg.Agent
 	if !a.Enabled {
-		return
+		return nil
 	}
 	elapsed := time.Duration(round) * s.cfg.Tick
 	if a.StopAfter > 0 && elapsed >= a.StopAfter {
-		return
+		return nil
 	}
 	if hb := max(a.Heartbeat, s.cfg.Tick); elapsed%hb != 0 {
-		return
+		return nil
 	}
 	at := now.Add(5 * time.Second)
 	for _, c := range s.clusters {
+		var view *agent.View
+		viewOf := func() agent.View {
+			if view == nil {
+				v := c.view(at)
+				view = &v
+			}
+			return *view
+		}
 		for _, p := range c.pools {
-			p.samples = append(p.samples, p.sample(at, at.Add(a.Lag)))
+			smp, err := p.sample(ctx, viewOf, at, at.Add(a.Lag))
+			if err != nil {
+				return err
+			}
+			p.samples = append(p.samples, smp)
 		}
 	}
+	return nil
 }
 
 // reconcile runs every deployment that may change once, in name order,

@@ -277,10 +277,12 @@ func TestAgent(t *testing.T) {
 		s.publish(now)
 		at := "-"
 		if p.published != nil {
-			at = p.published.observedAt.Sub(start()).String()
+			at = p.published.report.ObservedAt.Sub(start()).String()
 		}
 		publishedAt = append(publishedAt, at)
-		s.sample(now, round)
+		if err := s.sample(context.Background(), now, round); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// Samples at 5s and 25s (every 20s, until the agent stops at 40s),
 	// each visible 30s later.

@@ -82,7 +82,13 @@ type Node struct {
 	requested, nonZero res
 	// images are the node's image names and their sizes.
 	images map[string]int64
+	// generation counts the pods bound to and removed from the node.
+	generation uint64
 }
+
+// Generation changes whenever a pod is bound to the node or removed: what
+// the node has free is the same while it does not.
+func (n *Node) Generation() uint64 { return n.generation }
 
 type ownerKey struct{ kind, namespace, name string }
 
@@ -233,6 +239,7 @@ func (c *Cluster) assume(p *Pod, n *Node, pull bool) {
 	p.node = n
 	p.Obj.Spec.NodeName = n.Obj.Name
 	n.Pods = append(n.Pods, p)
+	n.generation++
 	if len(p.antiAffinity) > 0 {
 		c.antiPods[p] = true
 	}
@@ -269,6 +276,7 @@ func (c *Cluster) RemovePod(p *Pod) error {
 		return fmt.Errorf("cannot remove pod %s: node %s does not hold it", p.Obj.Name, n.Obj.Name)
 	}
 	n.Pods = append(n.Pods[:i], n.Pods[i+1:]...)
+	n.generation++
 	delete(c.antiPods, p)
 	n.requested = n.requested.sub(p.requests)
 	n.nonZero = n.nonZero.sub(p.nonZero)
