@@ -235,7 +235,10 @@ MostAllocated; gpu-most-free and gpu-least-free rank nodes by free GPUs, as
 no kube-scheduler profile does, and random picks any node that fits. Every
 binder filters with the structured DRA allocator (sim/kube), and
 docs/calibration.md checks kube-default and kube-most-allocated against
-kube-scheduler's own framework.
+kube-scheduler's own framework. Nodes that ran a replica keep its serving
+image (8 GiB unless -image-size says otherwise), which ImageLocality
+scores. The function runs with its defaults (observationMaxAge 5m,
+replaceUnscheduledAfter 15m) but for assumedBinding, which the mode sets.
 
 - Replicas placed / wanted (bound): at the end of the run; the bound is
   the most replicas of the final demand the fleet can hold.
@@ -271,6 +274,44 @@ func WriteStuck(w io.Writer, rows []Row) error {
 			b.WriteString("; " + p)
 		}
 		b.WriteString(".\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WritePredictions writes, per scenario and binder over every mode, how
+// many claiming pods bound to a node with as many GPUs free as each
+// assumedBinding predicts: which assumption describes the binder.
+func WritePredictions(w io.Writer, rows []Row) error {
+	type key struct {
+		scenario string
+		binder   Binder
+	}
+	var keys []key
+	sums := map[key]*Binds{}
+	for _, r := range rows {
+		k := key{r.Scenario.Name, r.Binder}
+		if sums[k] == nil {
+			keys = append(keys, k)
+			sums[k] = &Binds{}
+		}
+		b := r.Result.Binds
+		sums[k].claiming += b.claiming
+		sums[k].mostFree += b.mostFree
+		sums[k].leastFree += b.leastFree
+	}
+	var b strings.Builder
+	b.WriteString("| Scenario | Binder | Claiming pods bound | on a node MostFree predicts | on a node LeastFree predicts |\n")
+	b.WriteString("|---|---|---:|---:|---:|\n")
+	for _, k := range keys {
+		s := sums[k]
+		share := func(n int) string {
+			if s.claiming == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%d (%s)", n, pct(float64(n)/float64(s.claiming)))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s |\n", k.scenario, k.binder, s.claiming, share(s.mostFree), share(s.leastFree))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -90,6 +90,9 @@ type Scenario struct {
 	AgentStopsAfter time.Duration
 	// Skipped says what a trace left out, for the report.
 	Skipped string
+	// ImageSize is the size of the serving image nodes pull: zero means
+	// DefaultImageSize, negative an image too small to score (0 bytes).
+	ImageSize int64
 }
 
 // FinalDemand is each deployment's wanted replicas after the last event.
@@ -111,7 +114,14 @@ func (sc Scenario) Config(m Mode, b Binder, rec Reconciler) Config {
 	if a.Enabled && sc.AgentStopsAfter > 0 {
 		a.StopAfter = sc.AgentStopsAfter
 	}
-	return Config{Clusters: sc.Clusters, Events: sc.Events, Rounds: sc.Rounds, Tick: sc.Tick, Agent: a, Binder: b, Seed: 1, Reconciler: rec}
+	size := sc.ImageSize
+	switch {
+	case size == 0:
+		size = DefaultImageSize
+	case size < 0:
+		size = 0
+	}
+	return Config{Clusters: sc.Clusters, Events: sc.Events, Rounds: sc.Rounds, Tick: sc.Tick, Agent: a, Binder: b, Seed: 1, Reconciler: rec, Image: DefaultImage, ImageSize: size}
 }
 
 // Pools of the scenarios: 8 nodes each, two per cluster, four clusters.

@@ -108,6 +108,9 @@ type Result struct {
 	// pool has.
 	Stuck     map[string]int
 	StuckPods []string
+	// Binds says where claiming pods landed against each assumedBinding's
+	// prediction.
+	Binds Binds
 	// Wall is how long the simulation took to run.
 	Wall time.Duration
 }
@@ -134,7 +137,26 @@ type state struct {
 	replicas []*replica
 	seq      int
 	rng      *rand.Rand
+	binds    Binds
 }
+
+// Binds counts the claiming pods bound, and how many of them took a node
+// with as many GPUs free as the node each assumedBinding predicts.
+type Binds struct {
+	claiming, mostFree, leastFree int
+}
+
+// Claiming is how many claiming pods bound.
+func (b Binds) Claiming() int { return b.claiming }
+
+// MostFree is how many of them took a node with as many GPUs free as the
+// one MostFree predicts.
+func (b Binds) MostFree() int { return b.mostFree }
+
+// LeastFree is how many took a node with as many GPUs free as the one
+// LeastFree predicts. Where every fitting node has the same free, a pod
+// counts toward both.
+func (b Binds) LeastFree() int { return b.leastFree }
 
 // Run simulates the configured rounds.
 func Run(cfg Config) (*Result, error) {
@@ -265,6 +287,7 @@ func (s *state) finish(res *Result) {
 		res.Wanted += int(d.Spec.Replicas)
 	}
 	res.Placed = len(s.replicas)
+	res.Binds = s.binds
 	res.PlacedBy = map[string]int{}
 	res.Stuck = map[string]int{}
 	for _, r := range s.replicas {
@@ -520,9 +543,13 @@ func (s *state) bind(ctx context.Context, t time.Time) (bool, error) {
 			if p.bound() {
 				continue
 			}
+			predict := s.predict(p)
 			ok, err := s.cfg.Binder.bind(ctx, p, s.rng)
 			if err != nil {
 				return false, fmt.Errorf("cannot bind a pod of replica %s: %w", r.obj.Metadata.Name, err)
+			}
+			if ok {
+				predict()
 			}
 			changed = changed || ok
 		}
@@ -533,6 +560,41 @@ func (s *state) bind(ctx context.Context, t time.Time) (bool, error) {
 		}
 	}
 	return changed, nil
+}
+
+// predict notes, before a claiming pod binds, the free GPUs of the node
+// each assumedBinding would have it take (MostFree: the most free of the
+// nodes whose free GPUs cover its claim; LeastFree: the fewest), and
+// returns what records, once it bound, whether its node had that many.
+// Nodes are compared by free count, as the ledger groups them.
+func (s *state) predict(p *pod) func() {
+	if p.claim == 0 || p.pool == nil {
+		return func() {}
+	}
+	c := p.pool.cluster
+	free := make(map[string]int64, len(p.pool.nodes))
+	most, least := int64(-1), int64(-1)
+	for _, n := range p.pool.nodes {
+		f := c.freeGPUs(n)
+		free[n.Obj.Name] = f
+		if f < p.claim {
+			continue
+		}
+		most = max(most, f)
+		if least < 0 || f < least {
+			least = f
+		}
+	}
+	return func() {
+		f := free[p.kube.Node()]
+		s.binds.claiming++
+		if f == most {
+			s.binds.mostFree++
+		}
+		if f == least {
+			s.binds.leastFree++
+		}
+	}
 }
 
 // setPodsScheduled writes the replica's PodsScheduled condition as the

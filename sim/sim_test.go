@@ -459,3 +459,35 @@ func TestStuckReplicaIsReplaced(t *testing.T) {
 		t.Errorf("%d of %d replicas running at the end, want 1 of 1", res.Running, res.Placed)
 	}
 }
+
+func TestPredictions(t *testing.T) {
+	sc := tinyScenario(Shape{1, 1, 1, false}, 1, 30)
+	cases := []struct {
+		reason string
+		binder Binder
+		// most and least say whether every claiming pod bound where
+		// MostFree, and LeastFree, predicts.
+		most, least bool
+	}{
+		{reason: "gpu-most-free binds where MostFree predicts.", binder: GPUMostFree, most: true},
+		{reason: "gpu-least-free binds where LeastFree predicts.", binder: GPULeastFree, least: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.reason, func(t *testing.T) {
+			res, err := Run(sc.Config(Fresh(), tc.binder, Direct{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := res.Binds
+			if b.Claiming() != 40 {
+				t.Fatalf("%d claiming pods bound, want 40", b.Claiming())
+			}
+			if got := b.MostFree() == b.Claiming(); got != tc.most {
+				t.Errorf("MostFree predicted %d of %d binds", b.MostFree(), b.Claiming())
+			}
+			if got := b.LeastFree() == b.Claiming(); got != tc.least {
+				t.Errorf("LeastFree predicted %d of %d binds", b.LeastFree(), b.Claiming())
+			}
+		})
+	}
+}

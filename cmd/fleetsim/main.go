@@ -21,14 +21,17 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/modelplaneai/fleet-scheduler/sim"
 )
 
 type options struct {
-	out, only, binders, modes string
-	large                     bool
-	trace                     sim.TraceOptions
-	nodes, pods               string
+	out, only, binders, modes, imageSize string
+	largeBinders                         string
+	large, withScenarios                 bool
+	trace                                sim.TraceOptions
+	nodes, pods                          string
 }
 
 func main() {
@@ -36,8 +39,11 @@ func main() {
 	flag.StringVar(&o.out, "out", "", "directory to write fleetsim.md and fleetsim.svg to; empty prints the table only")
 	flag.StringVar(&o.binders, "binders", strings.Join(binderNames(), ","), "comma-separated binders to run every scenario with; the first is charted")
 	flag.StringVar(&o.modes, "modes", strings.Join(modeKeys(), ","), "comma-separated modes to run")
+	flag.StringVar(&o.imageSize, "image-size", "8Gi", "size of the serving image every node pulls when it runs a replica (ImageLocality reads it); 0 for none that scores")
 	flag.StringVar(&o.only, "scenario", "", "run only the scenario of this name")
-	flag.BoolVar(&o.large, "large", false, "also run "+sim.Large().Name+" ("+sim.Large().Summary+"); it takes minutes")
+	flag.BoolVar(&o.large, "large", false, "also run "+sim.Large().Name+" ("+sim.Large().Summary+"); it takes an hour or more")
+	flag.StringVar(&o.largeBinders, "large-binders", "kube-default,kube-most-allocated", "comma-separated binders to run "+sim.Large().Name+" with")
+	flag.BoolVar(&o.withScenarios, "with-scenarios", false, "with a trace, run the scenarios too, in one report")
 	flag.StringVar(&o.nodes, "nodes", "", "a trace's node CSV (sn,cpu_milli,memory_mib,gpu,model); with -pods, replay it instead of the scenarios")
 	flag.StringVar(&o.pods, "pods", "", "a trace's pod CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...)")
 	flag.IntVar(&o.trace.Clusters, "clusters", 4, "clusters to spread a trace's nodes over")
@@ -98,9 +104,17 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	largeBinders, err := parseBinders(o.largeBinders)
+	if err != nil {
+		return err
+	}
 	modes, err := parseModes(o.modes)
 	if err != nil {
 		return err
+	}
+	size, err := resource.ParseQuantity(o.imageSize)
+	if err != nil {
+		return fmt.Errorf("-image-size %q: %w", o.imageSize, err)
 	}
 	scenarios, notes, err := scenarios(o)
 	if err != nil {
@@ -109,7 +123,15 @@ func run(o options) error {
 	began := time.Now()
 	var rows, chart []sim.Row
 	for _, sc := range scenarios {
-		for i, b := range binders {
+		sc.ImageSize = max(size.Value(), 0)
+		if sc.ImageSize == 0 {
+			sc.ImageSize = -1
+		}
+		bs := binders
+		if sc.Name == sim.Large().Name {
+			bs = largeBinders
+		}
+		for i, b := range bs {
 			runs, err := runModes(sc, b, modes)
 			if err != nil {
 				return err
@@ -124,6 +146,10 @@ func run(o options) error {
 	var table bytes.Buffer
 	table.WriteString(sim.Legend + "\n")
 	if err := sim.WriteTable(&table, rows); err != nil {
+		return err
+	}
+	table.WriteString("\nWhere claiming pods landed, against where each assumedBinding predicts (a node with the most GPUs free among those whose free GPUs cover the claim, or the fewest), over every mode:\n\n")
+	if err := sim.WritePredictions(&table, rows); err != nil {
 		return err
 	}
 	table.WriteString("\nReplicas placed by shape, in the scenarios that mix shapes:\n\n")
@@ -151,9 +177,12 @@ func run(o options) error {
 	return write(o.out, commandLine(), table.Bytes(), chart)
 }
 
-// scenarios are what to run: a trace when one is given, else the named
-// scenarios (and the large fleet with -large).
+// scenarios are what to run: a trace when one is given (with the named
+// scenarios too under -with-scenarios), else the named scenarios (and the
+// large fleet with -large).
 func scenarios(o options) ([]sim.Scenario, string, error) {
+	var trace []sim.Scenario
+	var notes string
 	if o.nodes != "" || o.pods != "" {
 		if o.nodes == "" || o.pods == "" {
 			return nil, "", fmt.Errorf("a trace needs both -nodes and -pods")
@@ -162,14 +191,17 @@ func scenarios(o options) ([]sim.Scenario, string, error) {
 		if err != nil {
 			return nil, "", err
 		}
-		return []sim.Scenario{sc}, sc.Skipped, nil
+		if !o.withScenarios {
+			return []sim.Scenario{sc}, sc.Skipped, nil
+		}
+		trace, notes = []sim.Scenario{sc}, sc.Skipped
 	}
 	all := sim.Scenarios()
 	if o.large {
 		all = append(all, sim.Large())
 	}
 	var out []sim.Scenario
-	for _, sc := range all {
+	for _, sc := range append(all, trace...) {
 		if o.only == "" || sc.Name == o.only {
 			out = append(out, sc)
 		}
@@ -177,7 +209,7 @@ func scenarios(o options) ([]sim.Scenario, string, error) {
 	if len(out) == 0 {
 		return nil, "", fmt.Errorf("no scenario %q", o.only)
 	}
-	return out, "", nil
+	return out, notes, nil
 }
 
 // parseBinders reads a comma-separated list of binders.

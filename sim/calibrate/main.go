@@ -134,6 +134,7 @@ func pct(n, d int) string {
 func render(states int, seed uint64, profiles []kube.Profile, tallies map[kube.Profile]*tally, elapsed time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "<!-- Written by `cd sim/calibrate && go run . -states %d -seed %d -out ../../docs/calibration.md`; do not edit. -->\n\n", states, seed)
+	b.WriteString(preamble)
 	b.WriteString("| Profile | States | Two or more feasible nodes | Unique best node | Unschedulable | Same feasible nodes | Same total score on every feasible node | Same best nodes | Binding among the simulator's best | Same devices allocated | **Agreement** |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range profiles {
@@ -158,6 +159,48 @@ func render(states int, seed uint64, profiles []kube.Profile, tallies map[kube.P
 		utilfeature.DefaultFeatureGate.Enabled(features.OpportunisticBatching), states*len(profiles), elapsed.Round(time.Second), runtime.NumCPU(), runtime.Version())
 	return b.String()
 }
+
+const preamble = `# The simulator's binder against kube-scheduler
+
+The fleet simulator binds pods with its own code (sim/kube): the filters
+of kube-scheduler v1.37's default profile, the structured DRA allocator,
+and the score plugins that can tell two nodes of a pool apart, written
+from kube-scheduler's source. This compares it with kube-scheduler's own
+framework, from k8s.io/kubernetes v1.37.2, run in process by
+sim/calibrate (a module of its own, so that k8s.io/kubernetes never
+enters the function's go.mod).
+
+Each state is a random cluster: 2 to 99 nodes in 0 to 3 zones and two
+pools, cpu and memory allocatable of 8 to 192 cores and 32Gi to 2Ti,
+ResourceSlices of 0 to 8 GPUs (one model per state, some nodes with less
+memory per GPU) and some of NICs, DeviceClasses for both, images of 4Mi
+to 10Gi on a third of the nodes each, cordons, NoSchedule and
+PreferNoSchedule taints, ReplicaSets and StatefulSets, and up to twice as
+many pods as nodes bound wherever they fit (through the simulator's filter and the
+allocator, so every allocation is the allocator's), with cpu and memory
+requests that are missing, zero or set, owners, gangs' required
+anti-affinity and claims. Then a pod of the same kind is scheduled by both,
+under each profile: kube-scheduler's framework (the in-tree registry, the
+default profile from the scheme's defaults, a snapshot of the nodes and
+pods as shared lister, the DRA manager over informers of a fake clientset
+holding every object) runs PreFilter, Filter on every node, PreScore and
+Score, picks the node as schedule_one.go does, then Reserve, PreBind and
+Bind; the default binder's binding is recorded by a reactor on the fake
+clientset, and the claim's allocation read back as PreBind wrote it.
+
+A state agrees when both find the same feasible nodes, the same total
+score on every one, the same set of best nodes, the framework binds to one
+of the simulator's best, and the simulator allocates on that node the
+devices the framework wrote into the claim. States where one node alone is
+feasible, or several tie, prove little about the scores: the table counts
+the states with two or more feasible nodes and, of those, a unique best.
+
+Not compared here: which of several tied best nodes each picks (v1.37
+breaks a tie by its heap over the parallel filter's output; the simulator
+at random), and percentageOfNodesToScore, which only cuts in at 100 nodes
+(its count is tested against the formula in sim/kube).
+
+`
 
 func pluginNames() []string {
 	var out []string
