@@ -164,7 +164,7 @@ func run(o options) error {
 		return err
 	}
 	if stuck.Len() > 0 {
-		table.WriteString("\nPods Pending at the end of a run. A replica once placed is retained whatever capacity says (contract 4.1, Retain; 4.4, Stability) and never re-placed yet (4.5 is not built), so a pod the cluster cannot bind stays Pending:\n\n")
+		table.WriteString("\nPods Pending at the end of a run. The ledger placed each replica on a pool whose nodes it assumed had room (assumedBinding), the cluster's binder spread or packed differently, and no node has the room; a placed replica is retained whatever capacity says (contract 4.1, Retain; 4.4, Stability) until it has waited replaceUnscheduledAfter (15m by default) with PodsScheduled False, when 4.5 re-places it:\n\n")
 		table.Write(stuck.Bytes())
 	}
 	if _, err := os.Stdout.Write(table.Bytes()); err != nil {
