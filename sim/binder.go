@@ -77,11 +77,11 @@ func (b Binder) bind(ctx context.Context, p *pod, rng *rand.Rand) (bool, error) 
 	var best []string
 	var bestScore int64
 	for _, name := range e.Scored {
+		// Random scores every node alike.
 		var score int64
-		switch free := c.freeGPUs(c.kube.Node(name)); b {
-		case GPUMostFree:
+		if free := c.freeGPUs(c.kube.Node(name)); b == GPUMostFree {
 			score = free
-		case GPULeastFree:
+		} else if b == GPULeastFree {
 			score = -free
 		}
 		switch {

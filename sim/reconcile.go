@@ -38,13 +38,13 @@ type Direct struct {
 
 // defaultReplaceAfter is the function input's default
 // replaceUnscheduledAfter.
-var defaultReplaceAfter = func() time.Duration {
+func defaultReplaceAfter() time.Duration {
 	d, err := time.ParseDuration(v1beta1.DefaultReplaceUnscheduledAfter)
 	if err != nil {
-		panic(err) // The default is a constant the input package tests.
+		panic(err) // The default is a constant the function's input reads.
 	}
 	return d
-}()
+}
 
 // Cache keeps what Direct observed between calls, as the function's server
 // keeps what it read and observed of each unchanged object (and its
@@ -106,7 +106,7 @@ func (d Direct) Reconcile(dep *v1alpha1.ModelDeployment, clusters []*v1alpha1.In
 	cs, rs := d.Cache.observe(clusters, replicas, now, maxAge)
 	opts := scheduling.Options{Binding: d.Binding, ReplaceUnscheduledAfter: max(d.ReplaceAfter, 0)}
 	if d.ReplaceAfter == 0 {
-		opts.ReplaceUnscheduledAfter = defaultReplaceAfter
+		opts.ReplaceUnscheduledAfter = defaultReplaceAfter()
 	}
 	if d.Cache != nil {
 		opts.Selectors = d.Cache.selectors

@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -69,43 +70,9 @@ func (r *replica) bound() bool {
 // anti-affinity that keeps them on distinct nodes.
 func newReplica(c *simCluster, obj *v1alpha1.ModelReplica, deployment string, seq int) (*replica, error) {
 	r := &replica{obj: obj, deployment: deployment, seq: seq, cluster: c}
-	ns := obj.Metadata.Namespace
 	for ei, e := range obj.Spec.Engines {
-		copies := int64(1)
-		if e.Copies != nil && *e.Copies > 0 {
-			copies = *e.Copies
-		}
-		gang := slices.ContainsFunc(e.Members, func(m v1alpha1.ReplicaMember) bool {
-			return m.Role == v1alpha1.RoleLeader || m.Role == v1alpha1.RoleWorker
-		})
-		ownerName := fmt.Sprintf("%s-%d", obj.Metadata.Name, ei)
-		selector := map[string]string{labelReplica: obj.Metadata.Name, labelEngine: e.Name}
-		owner := ownerOf(ns, ownerName, selector, gang)
-		r.owners = append(r.owners, owner)
-		for cp := range copies {
-			for mi, m := range e.Members {
-				n := int64(1)
-				if m.Role == v1alpha1.RoleWorker && m.Worker != nil {
-					n = m.Worker.Nodes
-				}
-				for i := range n {
-					name := fmt.Sprintf("%s-%d-%d-%d-%d", obj.Metadata.Name, ei, cp, mi, i)
-					gangID := ""
-					if gang {
-						// A label value: short, whatever the replica's name.
-						gangID = fmt.Sprintf("r%d-%d-%d", seq, ei, cp)
-					}
-					p, err := newPod(ns, name, m, selector, gangID, owner)
-					if err != nil {
-						return nil, fmt.Errorf("cannot make the pods of replica %s: %w", obj.Metadata.Name, err)
-					}
-					var claim int64
-					for _, dr := range m.DeviceRequests {
-						claim += dr.Count
-					}
-					r.pods = append(r.pods, &pod{replica: r, pool: c.pool(m.NodePoolName), claim: claim, kube: p})
-				}
-			}
+		if err := r.addEngine(ei, e); err != nil {
+			return nil, fmt.Errorf("cannot make the pods of replica %s: %w", obj.Metadata.Name, err)
 		}
 	}
 	for _, o := range r.owners {
@@ -114,6 +81,48 @@ func newReplica(c *simCluster, obj *v1alpha1.ModelReplica, deployment string, se
 		}
 	}
 	return r, nil
+}
+
+// addEngine adds the pods of every copy of an engine, and their
+// controller.
+func (r *replica) addEngine(ei int, e v1alpha1.ReplicaEngine) error {
+	obj := r.obj
+	copies := int64(1)
+	if e.Copies != nil && *e.Copies > 0 {
+		copies = *e.Copies
+	}
+	gang := slices.ContainsFunc(e.Members, func(m v1alpha1.ReplicaMember) bool {
+		return m.Role == v1alpha1.RoleLeader || m.Role == v1alpha1.RoleWorker
+	})
+	selector := map[string]string{labelReplica: obj.Metadata.Name, labelEngine: e.Name}
+	owner := ownerOf(obj.Metadata.Namespace, fmt.Sprintf("%s-%d", obj.Metadata.Name, ei), selector, gang)
+	r.owners = append(r.owners, owner)
+	for cp := range copies {
+		gangID := ""
+		if gang {
+			// A label value: short, whatever the replica's name.
+			gangID = fmt.Sprintf("r%d-%d-%d", r.seq, ei, cp)
+		}
+		for mi, m := range e.Members {
+			n := int64(1)
+			if m.Role == v1alpha1.RoleWorker && m.Worker != nil {
+				n = m.Worker.Nodes
+			}
+			var claim int64
+			for _, dr := range m.DeviceRequests {
+				claim += dr.Count
+			}
+			for i := range n {
+				name := fmt.Sprintf("%s-%d-%d-%d-%d", obj.Metadata.Name, ei, cp, mi, i)
+				p, err := newPod(obj.Metadata.Namespace, name, m, selector, gangID, owner)
+				if err != nil {
+					return err
+				}
+				r.pods = append(r.pods, &pod{replica: r, pool: r.cluster.pool(m.NodePoolName), claim: claim, kube: p})
+			}
+		}
+	}
+	return nil
 }
 
 func ownerOf(ns, name string, selector map[string]string, gang bool) metav1.Object {
@@ -134,12 +143,8 @@ func newPod(ns, name string, m v1alpha1.ReplicaMember, selector map[string]strin
 		}
 	}
 	labels := map[string]string{}
-	for k, v := range tmpl.Labels {
-		labels[k] = v
-	}
-	for k, v := range selector {
-		labels[k] = v
-	}
+	maps.Copy(labels, tmpl.Labels)
+	maps.Copy(labels, selector)
 	kind := "ReplicaSet"
 	if _, ok := owner.(*appsv1.StatefulSet); ok {
 		kind = "StatefulSet"

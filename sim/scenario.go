@@ -260,7 +260,7 @@ func silent(tmpl *v1alpha1.ModelDeployment) Scenario {
 // 45 rounds (a third halving on the way). Demand peaks at about 1.3 times
 // the fleet.
 func Large() Scenario {
-	var pools []PoolSpec
+	pools := make([]PoolSpec, 0, 8)
 	for i := range 8 {
 		pools = append(pools, PoolSpec{Name: fmt.Sprintf("h100-%d", i), Nodes: 32, GPUsPerNode: 8, Memory: "80Gi", Model: "H100", CPU: "190", NodeMemory: "1980Gi"})
 	}

@@ -439,8 +439,10 @@ func TestStuckReplicaIsReplaced(t *testing.T) {
 		{Name: "big-cpu", Nodes: 1, GPUsPerNode: 8, Memory: "80Gi"},
 	}
 	d := withTemplates(fixture.Deployment("x").Engines(fixture.Standalone("main", fixture.GPURequest(1))).Obj())
-	sc := Scenario{Name: "stuck", Clusters: Fleet(1, pools...), Rounds: 30, Shapes: map[string]Shape{"d": {1, 1, 1, false}},
-		Events: []Event{{Round: 0, Name: "d", Replicas: 1, Deployment: d}}}
+	sc := Scenario{
+		Name: "stuck", Clusters: Fleet(1, pools...), Rounds: 30, Shapes: map[string]Shape{"d": {1, 1, 1, false}},
+		Events: []Event{{Round: 0, Name: "d", Replicas: 1, Deployment: d}},
+	}
 	res, err := Run(sc.Config(Fresh(), KubeDefault, Direct{ReplaceAfter: time.Minute}))
 	if err != nil {
 		t.Fatal(err)

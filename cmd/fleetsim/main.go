@@ -84,7 +84,7 @@ func profile(name string) (func(), error) {
 }
 
 func modeKeys() []string {
-	var out []string
+	out := make([]string, 0, len(sim.Modes()))
 	for _, m := range sim.Modes() {
 		out = append(out, m.Key())
 	}
@@ -92,7 +92,7 @@ func modeKeys() []string {
 }
 
 func binderNames() []string {
-	var out []string
+	out := make([]string, 0, len(sim.Binders()))
 	for _, b := range sim.Binders() {
 		out = append(out, string(b))
 	}
@@ -253,11 +253,7 @@ func runModes(sc sim.Scenario, b sim.Binder, modes []sim.Mode) ([]sim.Row, error
 }
 
 func commandLine() string {
-	args := []string{"go run ./cmd/fleetsim"}
-	for _, a := range os.Args[1:] {
-		args = append(args, a)
-	}
-	return strings.Join(args, " ")
+	return strings.Join(append([]string{"go run ./cmd/fleetsim"}, os.Args[1:]...), " ")
 }
 
 // write writes the table to out/fleetsim.md and the chart to

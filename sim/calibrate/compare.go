@@ -30,7 +30,7 @@ type outcome struct {
 func (o outcome) agrees() bool { return o.feasible && o.scores && o.best && o.bound && o.devices }
 
 func compare(ctx context.Context, st *state, prof kube.Profile) (outcome, error) {
-	real, err := schedule(ctx, st, prof)
+	framework, err := schedule(ctx, st, prof)
 	if err != nil {
 		return outcome{}, fmt.Errorf("kube-scheduler: %w", err)
 	}
@@ -46,39 +46,39 @@ func compare(ctx context.Context, st *state, prof kube.Profile) (outcome, error)
 	if err != nil {
 		return outcome{}, fmt.Errorf("simulator: %w", err)
 	}
-	o := outcome{contested: len(real.feasible) > 1, unschedulable: len(real.feasible) == 0}
-	o.unique = o.contested && len(real.best) == 1
+	o := outcome{contested: len(framework.feasible) > 1, unschedulable: len(framework.feasible) == 0}
+	o.unique = o.contested && len(framework.best) == 1
 	simFeasible := slices.Sorted(slices.Values(e.Scored))
 	simBest := slices.Sorted(slices.Values(e.Best))
-	o.feasible = slices.Equal(simFeasible, real.feasible)
-	o.best = slices.Equal(simBest, real.best)
+	o.feasible = slices.Equal(simFeasible, framework.feasible)
+	o.best = slices.Equal(simBest, framework.best)
 	o.scores = true
 	var lines []string
 	if o.contested {
 		for i, n := range e.Scored {
-			if real.scores[n] != e.Scores[i] {
+			if framework.scores[n] != e.Scores[i] {
 				o.scores = false
-				lines = append(lines, fmt.Sprintf("  %s: kube-scheduler %d %v, simulator %d %v", n, real.scores[n], real.plugins[n], e.Scores[i], weighted(e.Plugins[i])))
+				lines = append(lines, fmt.Sprintf("  %s: kube-scheduler %d %v, simulator %d %v", n, framework.scores[n], framework.plugins[n], e.Scores[i], weighted(e.Plugins[i])))
 			}
 		}
 	}
-	o.bound = real.bound == "" && len(e.Best) == 0 || slices.Contains(e.Best, real.bound)
+	o.bound = framework.bound == "" && len(e.Best) == 0 || slices.Contains(e.Best, framework.bound)
 	o.devices = true
-	if real.bound != "" {
+	if framework.bound != "" {
 		var sim []string
-		for _, a := range e.Allocation(real.bound) {
+		for _, a := range e.Allocation(framework.bound) {
 			sim = append(sim, devices(&a)...)
 		}
-		o.devices = slices.Equal(sim, real.devices)
+		o.devices = slices.Equal(sim, framework.devices)
 		if !o.devices {
-			lines = append(lines, fmt.Sprintf("  devices on %s: kube-scheduler %v, simulator %v", real.bound, real.devices, sim))
+			lines = append(lines, fmt.Sprintf("  devices on %s: kube-scheduler %v, simulator %v", framework.bound, framework.devices, sim))
 		}
 	}
 	if o.unique {
-		o.decidedBy = decidedBy(real)
+		o.decidedBy = decidedBy(framework)
 	}
 	if !o.agrees() {
-		o.diff = fmt.Sprintf("feasible %v / %v, best %v / %v, bound %s %s\n%s", real.feasible, simFeasible, real.best, simBest, real.bound, real.rejection, strings.Join(lines, "\n"))
+		o.diff = fmt.Sprintf("feasible %v / %v, best %v / %v, bound %s %s\n%s", framework.feasible, simFeasible, framework.best, simBest, framework.bound, framework.rejection, strings.Join(lines, "\n"))
 	}
 	return o, nil
 }
@@ -108,7 +108,7 @@ func decidedBy(v *verdict) []string {
 func weighted(ps kube.PluginScores) map[string]int64 {
 	out := map[string]int64{}
 	for pl, s := range ps {
-		out[pl] = s * kube.Weights[pl]
+		out[pl] = s * kube.Weights()[pl]
 	}
 	return out
 }

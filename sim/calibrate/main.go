@@ -81,7 +81,9 @@ func run(states int, seed uint64, out string, strict bool) error {
 	}
 	elapsed := time.Since(began)
 	report := render(states, seed, profiles, tallies, elapsed)
-	fmt.Print(report)
+	if _, err := os.Stdout.WriteString(report); err != nil {
+		return err
+	}
 	if out != "" {
 		// The report is documentation, for everyone to read.
 		if err := os.WriteFile(out, []byte(report), 0o644); err != nil { //nolint:gosec // See above.
@@ -203,8 +205,8 @@ at random), and percentageOfNodesToScore, which only cuts in at 100 nodes
 `
 
 func pluginNames() []string {
-	var out []string
-	for pl := range kube.Weights {
+	out := make([]string, 0, len(kube.Weights()))
+	for pl := range kube.Weights() {
 		out = append(out, pl)
 	}
 	slices.Sort(out)

@@ -93,7 +93,11 @@ func schedule(ctx context.Context, st *state, prof kube.Profile) (*verdict, erro
 	objs = append(objs, pod.DeepCopy())
 	for _, o := range objs {
 		// The assume cache orders an object's versions by it.
-		o.(metav1.Object).SetResourceVersion("1")
+		m, ok := o.(metav1.Object)
+		if !ok {
+			return nil, fmt.Errorf("%T has no object metadata", o)
+		}
+		m.SetResourceVersion("1")
 	}
 	client := fake.NewClientset(objs...)
 	var mu sync.Mutex
@@ -182,13 +186,55 @@ func schedule(ctx context.Context, st *state, prof kube.Profile) (*verdict, erro
 func cycle(ctx context.Context, f framework.Framework, snapshot *internalcache.Snapshot, client *fake.Clientset, pod *corev1.Pod, bindings func() []string) (*verdict, error) {
 	v := &verdict{scores: map[string]int64{}, plugins: map[string]map[string]int64{}}
 	state := framework.NewCycleState()
+	feasible, err := filter(ctx, f, snapshot, state, pod, v)
+	if err != nil || len(feasible) == 0 {
+		return v, err
+	}
+	host := feasible[0].Node().Name
+	v.best = []string{host}
+	if len(feasible) > 1 {
+		if host, err = score(ctx, f, state, pod, feasible, v); err != nil {
+			return nil, err
+		}
+	}
+	if st := f.RunReservePluginsReserve(ctx, state, pod, host); !st.IsSuccess() {
+		return nil, fmt.Errorf("reserve on %s: %w", host, st.AsError())
+	}
+	if st := f.RunPreBindPlugins(ctx, state, pod, host); !st.IsSuccess() {
+		return nil, fmt.Errorf("pre-bind on %s: %w", host, st.AsError())
+	}
+	if st := f.RunBindPlugins(ctx, state, pod, host); !st.IsSuccess() {
+		return nil, fmt.Errorf("bind on %s: %w", host, st.AsError())
+	}
+	b := bindings()
+	if len(b) != 1 {
+		return nil, fmt.Errorf("the framework sent %d bindings, want 1", len(b))
+	}
+	v.bound = b[0]
+	for _, ref := range pod.Spec.ResourceClaims {
+		rc, err := client.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, *ref.ResourceClaimName, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("cannot read claim %s back: %w", *ref.ResourceClaimName, err)
+		}
+		if rc.Status.Allocation == nil {
+			return nil, fmt.Errorf("pre-bind left claim %s unallocated", rc.Name)
+		}
+		v.devices = append(v.devices, devices(rc.Status.Allocation)...)
+	}
+	return v, nil
+}
+
+// filter runs PreFilter, then Filter on every node PreFilter leaves, and
+// records the feasible nodes (and why the others are not, for a
+// disagreement's diagnosis).
+func filter(ctx context.Context, f framework.Framework, snapshot *internalcache.Snapshot, state fwk.CycleState, pod *corev1.Pod, v *verdict) ([]fwk.NodeInfo, error) {
 	pre, st, _ := f.RunPreFilterPlugins(ctx, state, pod)
 	if !st.IsSuccess() {
 		if st.IsRejected() {
 			v.rejection = st.Message()
-			return v, nil
+			return nil, nil
 		}
-		return nil, fmt.Errorf("PreFilter: %w", st.AsError())
+		return nil, fmt.Errorf("pre-filter: %w", st.AsError())
 	}
 	all, err := snapshot.NodeInfos().List()
 	if err != nil {
@@ -205,74 +251,48 @@ func cycle(ctx context.Context, f framework.Framework, snapshot *internalcache.S
 			feasible = append(feasible, ni)
 			v.feasible = append(v.feasible, ni.Node().Name)
 		case st.Code() == fwk.Error:
-			return nil, fmt.Errorf("Filter on %s: %w", ni.Node().Name, st.AsError())
+			return nil, fmt.Errorf("filter on %s: %w", ni.Node().Name, st.AsError())
 		default:
 			v.rejection += fmt.Sprintf("[%s: %s %s] ", ni.Node().Name, st.Plugin(), st.Message())
 		}
 	}
 	slices.Sort(v.feasible)
-	if len(feasible) == 0 {
-		return v, nil
+	return feasible, nil
+}
+
+// score runs PreScore and Score on the feasible nodes, records every
+// node's total and each plugin's part, and the best, and returns the node
+// the framework picks (schedule_one.go's heap of scored nodes).
+func score(ctx context.Context, f framework.Framework, state fwk.CycleState, pod *corev1.Pod, feasible []fwk.NodeInfo, v *verdict) (string, error) {
+	if st := f.RunPreScorePlugins(ctx, state, pod, feasible); !st.IsSuccess() {
+		return "", fmt.Errorf("pre-score: %w", st.AsError())
 	}
-	var host string
-	if len(feasible) == 1 {
-		host = feasible[0].Node().Name
-		v.best = []string{host}
-	} else {
-		if st := f.RunPreScorePlugins(ctx, state, pod, feasible); !st.IsSuccess() {
-			return nil, fmt.Errorf("PreScore: %w", st.AsError())
+	scores, st := f.RunScorePlugins(ctx, state, pod, feasible)
+	if !st.IsSuccess() {
+		return "", fmt.Errorf("score: %w", st.AsError())
+	}
+	var top int64 = -1
+	for _, s := range scores {
+		v.scores[s.Name] = s.TotalScore
+		v.plugins[s.Name] = map[string]int64{}
+		for _, ps := range s.Scores {
+			v.plugins[s.Name][ps.Name] = ps.Score
 		}
-		scores, st := f.RunScorePlugins(ctx, state, pod, feasible)
-		if !st.IsSuccess() {
-			return nil, fmt.Errorf("Score: %w", st.AsError())
+		top = max(top, s.TotalScore)
+	}
+	v.best = nil
+	for _, s := range scores {
+		if s.TotalScore == top {
+			v.best = append(v.best, s.Name)
 		}
-		var top int64 = -1
-		for _, s := range scores {
-			v.scores[s.Name] = s.TotalScore
-			v.plugins[s.Name] = map[string]int64{}
-			for _, ps := range s.Scores {
-				v.plugins[s.Name][ps.Name] = ps.Score
-			}
-			top = max(top, s.TotalScore)
-		}
-		for _, s := range scores {
-			if s.TotalScore == top {
-				v.best = append(v.best, s.Name)
-			}
-		}
-		slices.Sort(v.best)
-		host = framework.NewSortedScoredNodes(scores).Pop().Name
 	}
-	if st := f.RunReservePluginsReserve(ctx, state, pod, host); !st.IsSuccess() {
-		return nil, fmt.Errorf("Reserve on %s: %w", host, st.AsError())
-	}
-	if st := f.RunPreBindPlugins(ctx, state, pod, host); !st.IsSuccess() {
-		return nil, fmt.Errorf("PreBind on %s: %w", host, st.AsError())
-	}
-	if st := f.RunBindPlugins(ctx, state, pod, host); !st.IsSuccess() {
-		return nil, fmt.Errorf("Bind on %s: %w", host, st.AsError())
-	}
-	b := bindings()
-	if len(b) != 1 {
-		return nil, fmt.Errorf("the framework sent %d bindings, want 1", len(b))
-	}
-	v.bound = b[0]
-	for _, ref := range pod.Spec.ResourceClaims {
-		rc, err := client.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, *ref.ResourceClaimName, metav1.GetOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("cannot read claim %s back: %w", *ref.ResourceClaimName, err)
-		}
-		if rc.Status.Allocation == nil {
-			return nil, fmt.Errorf("PreBind left claim %s unallocated", rc.Name)
-		}
-		v.devices = append(v.devices, devices(rc.Status.Allocation)...)
-	}
-	return v, nil
+	slices.Sort(v.best)
+	return framework.NewSortedScoredNodes(scores).Pop().Name, nil
 }
 
 // devices names an allocation's devices, driver/pool/device.
 func devices(a *resourceapi.AllocationResult) []string {
-	var out []string
+	out := make([]string, 0, len(a.Devices.Results))
 	for _, r := range a.Devices.Results {
 		out = append(out, r.Driver+"/"+r.Pool+"/"+r.Device)
 	}

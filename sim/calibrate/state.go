@@ -40,18 +40,26 @@ const (
 
 // images the nodes may hold, with their sizes: multi-GB serving images and
 // small ones that score little or nothing.
-var images = []struct {
+type image struct {
 	name string
 	size int64
-}{
-	{"vllm/vllm-openai:v0.11.0", 8 << 30},
-	{"lmsysorg/sglang:v0.5.0", 10 << 30},
-	{"nvcr.io/nim/llama:1.0", 6 << 30},
-	{"busybox:1.36", 4 << 20},
-	{"envoy:v1.30", 180 << 20},
 }
 
-var gpuModels = []struct{ model, memory string }{{"H100", "80Gi"}, {"L4", "24Gi"}, {"A100", "40Gi"}}
+func images() []image {
+	return []image{
+		{"vllm/vllm-openai:v0.11.0", 8 << 30},
+		{"lmsysorg/sglang:v0.5.0", 10 << 30},
+		{"nvcr.io/nim/llama:1.0", 6 << 30},
+		{"busybox:1.36", 4 << 20},
+		{"envoy:v1.30", 180 << 20},
+	}
+}
+
+type gpuModel struct{ model, memory string }
+
+func gpuModels() []gpuModel {
+	return []gpuModel{{"H100", "80Gi"}, {"L4", "24Gi"}, {"A100", "40Gi"}}
+}
 
 // sample draws a random state. What it varies is what the scores read:
 // cpu and memory allocatable and in use, images on nodes, pods with owners
@@ -64,7 +72,7 @@ func sample(rng *rand.Rand) (*state, error) {
 		nNodes = 40 + rng.IntN(60)
 	}
 	zones := rng.IntN(4)
-	model := gpuModels[rng.IntN(len(gpuModels))]
+	model := gpuModels()[rng.IntN(len(gpuModels()))]
 	for i := range nNodes {
 		st.addNode(rng, fmt.Sprintf("node-%02d", i), zones, model.model, model.memory)
 	}
@@ -135,7 +143,7 @@ func (st *state) addNode(rng *rand.Rand, name string, zones int, model, memory s
 			corev1.Taint{Key: "spot", Value: "true", Effect: corev1.TaintEffectPreferNoSchedule},
 			corev1.Taint{Key: "noisy", Effect: corev1.TaintEffectPreferNoSchedule})
 	}
-	for _, img := range images {
+	for _, img := range images() {
 		if rng.IntN(3) == 0 {
 			n.Status.Images = append(n.Status.Images, corev1.ContainerImage{Names: []string{img.name}, SizeBytes: img.size})
 		}
@@ -166,7 +174,7 @@ func (st *state) newPod(rng *rand.Rand, name, model, memory string) (*corev1.Pod
 			NodeSelector:  map[string]string{poolLabel: fmt.Sprintf("pool-%d", rng.IntN(2))},
 		},
 	}
-	ctr := corev1.Container{Name: "engine", Image: images[rng.IntN(len(images))].name, Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{}}}
+	ctr := corev1.Container{Name: "engine", Image: images()[rng.IntN(len(images()))].name, Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{}}}
 	if rng.IntN(6) > 0 {
 		ctr.Resources.Requests[corev1.ResourceCPU] = resource.MustParse([]string{"0", "100m", "500m", "1", "2", "4", "8", "16", "24"}[rng.IntN(9)])
 	}
@@ -175,7 +183,7 @@ func (st *state) newPod(rng *rand.Rand, name, model, memory string) (*corev1.Pod
 	}
 	pod.Spec.Containers = []corev1.Container{ctr}
 	if rng.IntN(4) == 0 {
-		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: "sidecar", Image: images[3+rng.IntN(2)].name})
+		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: "sidecar", Image: images()[3+rng.IntN(2)].name})
 	}
 	switch k := rng.IntN(4); {
 	case k < 2 && len(st.sets) > 0:
@@ -211,7 +219,7 @@ func (st *state) newPod(rng *rand.Rand, name, model, memory string) (*corev1.Pod
 			// node proves nothing.
 			m := model
 			if rng.IntN(4) == 0 {
-				m = gpuModels[rng.IntN(len(gpuModels))].model
+				m = gpuModels()[rng.IntN(len(gpuModels()))].model
 			}
 			sel = append(sel, fmt.Sprintf(`device.attributes[%q].model == %q`, gpuDriver, m))
 		}

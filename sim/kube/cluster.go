@@ -32,14 +32,16 @@ const (
 // Features is the structured allocator's feature set as kube-scheduler
 // v1.37 enables it by default (dynamicresources.AllocatorFeatures of the
 // default feature gates).
-var Features = structured.Features{
-	AdminAccess:             true,
-	PrioritizedList:         true,
-	PartitionableDevices:    true,
-	DeviceTaints:            true,
-	DeviceBindingAndStatus:  true,
-	ConsumableCapacity:      true,
-	FractionalCapacityRange: true,
+func Features() structured.Features {
+	return structured.Features{
+		AdminAccess:             true,
+		PrioritizedList:         true,
+		PartitionableDevices:    true,
+		DeviceTaints:            true,
+		DeviceBindingAndStatus:  true,
+		ConsumableCapacity:      true,
+		FractionalCapacityRange: true,
+	}
 }
 
 // Cluster is one cluster as kube-scheduler's cache sees it: its nodes with
@@ -108,7 +110,7 @@ func NewCluster(cls ...*resourceapi.DeviceClass) *Cluster {
 		imageNodes: map[string]int{},
 		imageSizes: map[string]int64{},
 		// As the DynamicResources plugin builds its cache.
-		cel: cel.NewCache(1000, cel.Features{EnableConsumableCapacity: Features.ConsumableCapacity}),
+		cel: cel.NewCache(1000, cel.Features{EnableConsumableCapacity: Features().ConsumableCapacity}),
 	}
 	for _, dc := range cls {
 		c.classes[dc.Name] = dc
@@ -180,39 +182,53 @@ func (c *Cluster) Node(name string) *Node { return c.byName[name] }
 // StatefulSet or ReplicationController, whose selector PodTopologySpread's
 // system defaults spread by.
 func (c *Cluster) AddOwner(obj metav1.Object) error {
-	// As the scheduler's helper.DefaultSelector merges them into the
-	// (here empty) selector of the Services that select the pod.
-	var kind string
-	sel := labels.NewSelector()
-	switch o := obj.(type) {
-	case *appsv1.ReplicaSet, *appsv1.StatefulSet:
-		var ls *metav1.LabelSelector
-		kind = "ReplicaSet"
-		if ss, ok := o.(*appsv1.StatefulSet); ok {
-			kind, ls = "StatefulSet", ss.Spec.Selector
-		} else {
-			ls = o.(*appsv1.ReplicaSet).Spec.Selector
-		}
-		s, err := metav1.LabelSelectorAsSelector(ls)
-		if err != nil {
-			return fmt.Errorf("cannot add %s %s: %w", kind, obj.GetName(), err)
-		}
-		if r, ok := s.Requirements(); ok {
-			sel = sel.Add(r...)
-		}
-	case *corev1.ReplicationController:
-		kind = "ReplicationController"
-		sel = labels.Set(o.Spec.Selector).AsSelector()
-	default:
-		return fmt.Errorf("cannot add owner %s: %T is not a ReplicaSet, StatefulSet or ReplicationController", obj.GetName(), obj)
+	kind, sel, err := ownerSelector(obj)
+	if err != nil {
+		return fmt.Errorf("cannot add owner %s: %w", obj.GetName(), err)
 	}
 	c.owners[ownerKey{kind, obj.GetNamespace(), obj.GetName()}] = sel
 	return nil
 }
 
+// ownerSelector is a controller's kind and the selector
+// helper.DefaultSelector spreads its pods by: merged into the (here empty)
+// selector of the Services that select the pod.
+func ownerSelector(obj metav1.Object) (string, labels.Selector, error) {
+	var ls *metav1.LabelSelector
+	switch o := obj.(type) {
+	case *appsv1.ReplicaSet:
+		ls = o.Spec.Selector
+	case *appsv1.StatefulSet:
+		ls = o.Spec.Selector
+	case *corev1.ReplicationController:
+		return "ReplicationController", labels.Set(o.Spec.Selector).AsSelector(), nil
+	default:
+		return "", nil, fmt.Errorf("%T is not a ReplicaSet, StatefulSet or ReplicationController", obj)
+	}
+	kind := "ReplicaSet"
+	if _, ok := obj.(*appsv1.StatefulSet); ok {
+		kind = "StatefulSet"
+	}
+	sel, err := requirements(labels.NewSelector(), ls)
+	return kind, sel, err
+}
+
+// requirements adds a label selector's requirements to a selector, as
+// helper.DefaultSelector does: a selector that selects nothing adds none.
+func requirements(sel labels.Selector, ls *metav1.LabelSelector) (labels.Selector, error) {
+	s, err := metav1.LabelSelectorAsSelector(ls)
+	if err != nil {
+		return nil, err
+	}
+	if r, ok := s.Requirements(); ok {
+		sel = sel.Add(r...)
+	}
+	return sel, nil
+}
+
 // RemoveOwner forgets a controller AddOwner recorded.
 func (c *Cluster) RemoveOwner(obj metav1.Object) {
-	for _, kind := range []string{"ReplicaSet", "StatefulSet", "ReplicationController"} {
+	if kind, _, err := ownerSelector(obj); err == nil {
 		delete(c.owners, ownerKey{kind, obj.GetNamespace(), obj.GetName()})
 	}
 }

@@ -53,7 +53,7 @@ func (c *Cluster) newCycle(ctx context.Context, p *Pod) (*cycle, error) {
 	}
 	// A new allocator per cycle, as the DynamicResources plugin's PreFilter
 	// makes one: the devices allocated change with every binding.
-	a, err := structured.NewAllocator(ctx, Features, c.allocated, c.classes, slices, c.cel)
+	a, err := structured.NewAllocator(ctx, Features(), c.allocated, c.classes, slices, c.cel)
 	if err != nil {
 		return nil, fmt.Errorf("cannot allocate claims of pod %s: %w", p.Obj.Name, err)
 	}
@@ -87,7 +87,11 @@ func (c *Cluster) filter(ctx context.Context, cy *cycle, n *Node) (string, []res
 	}
 	for _, rc := range p.Claims {
 		if a := rc.Status.Allocation; a != nil && a.NodeSelector != nil {
-			if ok, err := corev1helpers.MatchNodeSelectorTerms(node, a.NodeSelector); err != nil || !ok {
+			ok, err := corev1helpers.MatchNodeSelectorTerms(node, a.NodeSelector)
+			if err != nil {
+				return "", nil, fmt.Errorf("cannot read the node selector of claim %s's allocation: %w", rc.Name, err)
+			}
+			if !ok {
 				return "resourceclaim not available on the node", nil, nil
 			}
 		}

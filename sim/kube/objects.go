@@ -2,6 +2,7 @@ package kube
 
 import (
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -17,9 +18,7 @@ const MaxPods = 110
 // pods, and the labels plus its hostname.
 func NewNode(name string, cpu, memory resource.Quantity, lbls map[string]string) *corev1.Node {
 	l := map[string]string{corev1.LabelHostname: name}
-	for k, v := range lbls {
-		l[k] = v
-	}
+	maps.Copy(l, lbls)
 	alloc := corev1.ResourceList{
 		corev1.ResourceCPU:    cpu,
 		corev1.ResourceMemory: memory,
@@ -54,9 +53,9 @@ func NewSlice(node, driver string, devices ...resourceapi.Device) *resourceapi.R
 func NewDevices(prefix string, n int, attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, capacity map[resourceapi.QualifiedName]resource.Quantity) []resourceapi.Device {
 	out := make([]resourceapi.Device, n)
 	for i := range out {
-		d := resourceapi.Device{Name: fmt.Sprintf("%s-%d", prefix, i), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}, Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{}}
-		for k, v := range attrs {
-			d.Attributes[k] = v
+		d := resourceapi.Device{Name: fmt.Sprintf("%s-%d", prefix, i), Attributes: maps.Clone(attrs), Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{}}
+		if d.Attributes == nil {
+			d.Attributes = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
 		}
 		for k, v := range capacity {
 			d.Capacity[k] = resourceapi.DeviceCapacity{Value: v}

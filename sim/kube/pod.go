@@ -127,23 +127,8 @@ func nonMissing(reqs corev1.ResourceList, p *corev1.Pod) corev1.ResourceList {
 // supported says why the binder cannot bind a pod as kube-scheduler
 // would, or nil.
 func supported(p *corev1.Pod) error {
-	if a := p.Spec.Affinity; a != nil {
-		if a.PodAffinity != nil {
-			return errors.New("pod affinity is not modelled")
-		}
-		if a.PodAntiAffinity != nil && len(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) > 0 {
-			return errors.New("preferred pod anti-affinity is not modelled")
-		}
-		if a.NodeAffinity != nil && len(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) > 0 {
-			return errors.New("preferred node affinity is not modelled")
-		}
-		if a.PodAntiAffinity != nil {
-			for i, t := range a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
-				if t.NamespaceSelector != nil || len(t.MatchLabelKeys) > 0 || len(t.MismatchLabelKeys) > 0 {
-					return fmt.Errorf("podAntiAffinity term %d: namespaceSelector and match label keys are not modelled", i)
-				}
-			}
-		}
+	if err := supportedAffinity(p.Spec.Affinity); err != nil {
+		return err
 	}
 	if len(p.Spec.TopologySpreadConstraints) > 0 {
 		return errors.New("explicit topologySpreadConstraints are not modelled")
@@ -152,27 +137,53 @@ func supported(p *corev1.Pod) error {
 		return errors.New("volumes are not modelled")
 	}
 	for _, ctr := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
-		for name := range ctr.Resources.Requests {
-			if name != corev1.ResourceCPU && name != corev1.ResourceMemory {
-				return fmt.Errorf("container %s requests %s; only cpu and memory are modelled", ctr.Name, name)
-			}
-		}
-		for name := range ctr.Resources.Limits {
-			if name != corev1.ResourceCPU && name != corev1.ResourceMemory {
-				return fmt.Errorf("container %s limits %s; only cpu and memory are modelled", ctr.Name, name)
-			}
-		}
-		if len(ctr.Ports) > 0 {
-			for _, port := range ctr.Ports {
-				if port.HostPort != 0 {
-					return fmt.Errorf("container %s asks for host port %d; host ports are not modelled", ctr.Name, port.HostPort)
-				}
-			}
+		if err := supportedContainer(ctr); err != nil {
+			return err
 		}
 	}
 	for i, ref := range p.Spec.ResourceClaims {
 		if ref.ResourceClaimName == nil {
 			return fmt.Errorf("resourceClaims[%d] names no claim; claim templates are not modelled", i)
+		}
+	}
+	return nil
+}
+
+// supportedAffinity allows required node affinity and required pod
+// anti-affinity by label selector: the terms no score plugin reads.
+func supportedAffinity(a *corev1.Affinity) error {
+	switch {
+	case a == nil:
+		return nil
+	case a.PodAffinity != nil:
+		return errors.New("pod affinity is not modelled")
+	case a.NodeAffinity != nil && len(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) > 0:
+		return errors.New("preferred node affinity is not modelled")
+	case a.PodAntiAffinity == nil:
+		return nil
+	case len(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) > 0:
+		return errors.New("preferred pod anti-affinity is not modelled")
+	}
+	for i, t := range a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+		if t.NamespaceSelector != nil || len(t.MatchLabelKeys) > 0 || len(t.MismatchLabelKeys) > 0 {
+			return fmt.Errorf("podAntiAffinity term %d: namespaceSelector and match label keys are not modelled", i)
+		}
+	}
+	return nil
+}
+
+// supportedContainer allows cpu and memory only, and no host port.
+func supportedContainer(ctr corev1.Container) error {
+	for _, list := range []corev1.ResourceList{ctr.Resources.Requests, ctr.Resources.Limits} {
+		for name := range list {
+			if name != corev1.ResourceCPU && name != corev1.ResourceMemory {
+				return fmt.Errorf("container %s asks for %s; only cpu and memory are modelled", ctr.Name, name)
+			}
+		}
+	}
+	for _, port := range ctr.Ports {
+		if port.HostPort != 0 {
+			return fmt.Errorf("container %s asks for host port %d; host ports are not modelled", ctr.Name, port.HostPort)
 		}
 	}
 	return nil

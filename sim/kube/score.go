@@ -5,10 +5,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
-
-	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 )
 
 // maxNodeScore is the framework's MaxNodeScore.
@@ -16,12 +15,14 @@ const maxNodeScore int64 = 100
 
 // Weights are the default profile's weights of the plugins that score
 // these pods (pkg/scheduler/apis/config/v1/default_plugins.go).
-var Weights = map[string]int64{
-	"TaintToleration":                 3,
-	"NodeResourcesFit":                1,
-	"PodTopologySpread":               2,
-	"NodeResourcesBalancedAllocation": 1,
-	"ImageLocality":                   1,
+func Weights() map[string]int64 {
+	return map[string]int64{
+		"TaintToleration":                 3,
+		"NodeResourcesFit":                1,
+		"PodTopologySpread":               2,
+		"NodeResourcesBalancedAllocation": 1,
+		"ImageLocality":                   1,
+	}
 }
 
 // PluginScores are one node's normalised scores, before weighting, of the
@@ -31,6 +32,7 @@ type PluginScores map[string]int64
 // score computes every scoring plugin's normalised scores of the feasible
 // nodes, and their weighted totals.
 func (c *Cluster) score(p *Pod, prof Profile, nodes []*Node) ([]int64, []PluginScores) {
+	weights := Weights()
 	totals := make([]int64, len(nodes))
 	per := make([]PluginScores, len(nodes))
 	for i := range per {
@@ -42,7 +44,7 @@ func (c *Cluster) score(p *Pod, prof Profile, nodes []*Node) ([]int64, []PluginS
 		}
 		for i, s := range scores {
 			per[i][name] = s
-			totals[i] += Weights[name] * s
+			totals[i] += weights[name] * s
 		}
 	}
 	add("TaintToleration", taintScores(p, nodes))
@@ -227,7 +229,10 @@ type spreadConstraint struct {
 	maxSkew int64
 }
 
-var systemDefaultConstraints = []spreadConstraint{{corev1.LabelHostname, 3}, {corev1.LabelTopologyZone, 5}}
+// systemDefaultConstraints are PodTopologySpread's (plugin.go).
+func systemDefaultConstraints() []spreadConstraint {
+	return []spreadConstraint{{corev1.LabelHostname, 3}, {corev1.LabelTopologyZone, 5}}
+}
 
 // spreadScores is PodTopologySpread's score with the system default
 // constraints, for a pod whose controller the cluster knows: fewer pods of
@@ -239,44 +244,12 @@ func (c *Cluster) spreadScores(p *Pod, nodes []*Node) []int64 {
 		return nil
 	}
 	ns := p.Obj.Namespace
-	// Domains of the feasible nodes, and their sizes (the hostname
-	// constraint's is the number of feasible nodes).
-	counts := make([]map[string]*int64, len(systemDefaultConstraints))
-	weights := make([]float64, len(systemDefaultConstraints))
-	for i, sc := range systemDefaultConstraints {
-		counts[i] = map[string]*int64{}
-		size := len(nodes)
-		if sc.key != corev1.LabelHostname {
-			for _, n := range nodes {
-				v := n.Obj.Labels[sc.key]
-				if counts[i][v] == nil {
-					counts[i][v] = new(int64)
-				}
-			}
-			size = len(counts[i])
-		}
-		weights[i] = math.Log(float64(size + 2))
-	}
-	// Matching pods per domain, over every node the pod's required node
-	// affinity admits (the constraints' NodeAffinityPolicy Honor).
-	affinity := nodeaffinity.GetRequiredNodeAffinity(p.Obj)
-	for _, n := range c.nodes {
-		if ok, _ := affinity.Match(n.Obj); !ok {
-			continue
-		}
-		for i, sc := range systemDefaultConstraints {
-			if sc.key == corev1.LabelHostname {
-				continue
-			}
-			if cnt := counts[i][n.Obj.Labels[sc.key]]; cnt != nil {
-				*cnt += int64(countMatching(n.Pods, sel, ns))
-			}
-		}
-	}
+	constraints := systemDefaultConstraints()
+	counts, weights := c.spreadDomains(p, constraints, nodes, sel)
 	raw := make([]int64, len(nodes))
 	for j, n := range nodes {
 		var score float64
-		for i, sc := range systemDefaultConstraints {
+		for i, sc := range constraints {
 			v, ok := n.Obj.Labels[sc.key]
 			if !ok {
 				continue
@@ -291,11 +264,53 @@ func (c *Cluster) spreadScores(p *Pod, nodes []*Node) []int64 {
 		}
 		raw[j] = int64(math.Round(score))
 	}
+	return normalizeSpread(raw)
+}
+
+// spreadDomains is PodTopologySpread's PreScore: per constraint, the
+// matching pods in each domain of the feasible nodes (over every node the
+// pod's required node affinity admits: NodeAffinityPolicy Honor; the
+// hostname constraint counts per node when it scores), and each
+// constraint's weight, the log of its domains (for hostname, the feasible
+// nodes) plus two.
+func (c *Cluster) spreadDomains(p *Pod, constraints []spreadConstraint, nodes []*Node, sel labels.Selector) ([]map[string]*int64, []float64) {
+	counts := make([]map[string]*int64, len(constraints))
+	weights := make([]float64, len(constraints))
+	for i, sc := range constraints {
+		counts[i] = map[string]*int64{}
+		size := len(nodes)
+		if sc.key != corev1.LabelHostname {
+			for _, n := range nodes {
+				if v := n.Obj.Labels[sc.key]; counts[i][v] == nil {
+					counts[i][v] = new(int64)
+				}
+			}
+			size = len(counts[i])
+		}
+		weights[i] = math.Log(float64(size + 2))
+	}
+	affinity := nodeaffinity.GetRequiredNodeAffinity(p.Obj)
+	for _, n := range c.nodes {
+		if ok, _ := affinity.Match(n.Obj); !ok {
+			continue
+		}
+		for i, sc := range constraints {
+			if cnt := counts[i][n.Obj.Labels[sc.key]]; sc.key != corev1.LabelHostname && cnt != nil {
+				*cnt += int64(countMatching(n.Pods, sel, p.Obj.Namespace))
+			}
+		}
+	}
+	return counts, weights
+}
+
+// normalizeSpread is PodTopologySpread's NormalizeScore: fewer matching
+// pods score higher, scaled by the highest.
+func normalizeSpread(raw []int64) []int64 {
 	var lo, hi int64 = math.MaxInt64, 0
 	for _, s := range raw {
 		lo, hi = min(lo, s), max(hi, s)
 	}
-	out := make([]int64, len(nodes))
+	out := make([]int64, len(raw))
 	for j, s := range raw {
 		if hi == 0 {
 			out[j] = maxNodeScore
