@@ -235,9 +235,9 @@ MostAllocated; gpu-most-free and gpu-least-free rank nodes by free GPUs, as
 no kube-scheduler profile does, and random picks any node that fits. Every
 binder filters with the structured DRA allocator (sim/kube), and
 docs/calibration.md checks kube-default and kube-most-allocated against
-kube-scheduler's own framework. Nodes that ran a replica keep its serving
-image (8 GiB unless -image-size says otherwise), which ImageLocality
-scores. The function runs with its defaults (observationMaxAge 5m,
+kube-scheduler's own framework. A node that ran a replica holds its
+serving image (8 GiB unless -image-size says otherwise) from 2 minutes
+after the pod bound (-image-pull) and keeps it; ImageLocality scores it. The function runs with its defaults (observationMaxAge 5m,
 replaceUnscheduledAfter 15m) but for assumedBinding, which the mode sets.
 
 - Replicas placed / wanted (bound): at the end of the run; the bound is

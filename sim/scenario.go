@@ -93,6 +93,9 @@ type Scenario struct {
 	// ImageSize is the size of the serving image nodes pull: zero means
 	// DefaultImageSize, negative an image too small to score (0 bytes).
 	ImageSize int64
+	// ImagePull is how long a node takes to hold a bound pod's image:
+	// zero means DefaultImagePull, negative at once.
+	ImagePull time.Duration
 }
 
 // FinalDemand is each deployment's wanted replicas after the last event.
@@ -121,7 +124,14 @@ func (sc Scenario) Config(m Mode, b Binder, rec Reconciler) Config {
 	case size < 0:
 		size = 0
 	}
-	return Config{Clusters: sc.Clusters, Events: sc.Events, Rounds: sc.Rounds, Tick: sc.Tick, Agent: a, Binder: b, Seed: 1, Reconciler: rec, Image: DefaultImage, ImageSize: size}
+	pull := sc.ImagePull
+	switch {
+	case pull == 0:
+		pull = DefaultImagePull
+	case pull < 0:
+		pull = 0
+	}
+	return Config{Clusters: sc.Clusters, Events: sc.Events, Rounds: sc.Rounds, Tick: sc.Tick, Agent: a, Binder: b, Seed: 1, Reconciler: rec, Image: DefaultImage, ImageSize: size, ImagePull: pull}
 }
 
 // Pools of the scenarios: 8 nodes each, two per cluster, four clusters.

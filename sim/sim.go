@@ -55,6 +55,9 @@ type Config struct {
 	// DefaultImageSize.
 	Image     string
 	ImageSize int64
+	// ImagePull is how long after a pod binds its node holds its image
+	// (pulled and reported in the node's status); zero means at once.
+	ImagePull time.Duration
 	// ReconcileAll reconciles every deployment every round, settled or
 	// not (the equivalence test of the skip).
 	ReconcileAll bool
@@ -65,6 +68,10 @@ type Config struct {
 const (
 	DefaultImage           = "vllm/vllm-openai:v0.11.0"
 	DefaultImageSize int64 = 8 << 30
+	// DefaultImagePull is how long a node takes to pull that image and
+	// report it: about a minute to pull 8 GiB at 1 Gbit/s, then the
+	// kubelet's next status update. An assumption.
+	DefaultImagePull = 2 * time.Minute
 )
 
 // Point is the fleet at the end of one round.
@@ -138,6 +145,16 @@ type state struct {
 	seq      int
 	rng      *rand.Rand
 	binds    Binds
+	// pulls are the images nodes are pulling, oldest first.
+	pulls []pull
+}
+
+// pull is a node's pull of a pod's images, done at done.
+type pull struct {
+	cluster *simCluster
+	node    string
+	images  []string
+	done    time.Time
 }
 
 // Binds counts the claiming pods bound, and how many of them took a node
@@ -195,6 +212,7 @@ func Run(cfg Config) (*Result, error) {
 func (s *state) round(ctx context.Context, round int, res *Result) error {
 	now := start().Add(time.Duration(round) * s.cfg.Tick)
 	s.demand(round)
+	s.pulled(now)
 	s.publish(now)
 	changed, n, err := s.reconcile(now)
 	if err != nil {
@@ -333,6 +351,16 @@ func (s *state) demand(round int) {
 			}
 		}
 	}
+}
+
+// pulled records on their nodes the images whose pulls are done by now.
+func (s *state) pulled(now time.Time) {
+	i := 0
+	for ; i < len(s.pulls) && !s.pulls[i].done.After(now); i++ {
+		p := s.pulls[i]
+		p.cluster.kube.Pulled(p.node, p.images...)
+	}
+	s.pulls = s.pulls[i:]
 }
 
 // publish puts each pool's newest sample whose lag has passed on its
@@ -550,6 +578,10 @@ func (s *state) bind(ctx context.Context, t time.Time) (bool, error) {
 			}
 			if ok {
 				predict()
+				s.pulls = append(s.pulls, pull{cluster: r.cluster, node: p.kube.Node(), images: p.kube.Images(), done: t.Add(s.cfg.ImagePull)})
+				if s.cfg.ImagePull == 0 {
+					s.pulled(t)
+				}
 			}
 			changed = changed || ok
 		}

@@ -493,3 +493,35 @@ func TestPredictions(t *testing.T) {
 		})
 	}
 }
+
+// TestNodesHoldImagesAfterThePull binds a replica and wants its node to
+// hold the serving image only once the pull is done.
+func TestNodesHoldImagesAfterThePull(t *testing.T) {
+	sc := tinyScenario(Shape{1, 1, 1, false}, 1, 1)
+	sc.ImagePull = 30 * time.Second
+	cfg := sc.Config(Fresh(), KubeDefault, Direct{})
+	cfg.Tick = 10 * time.Second
+	s, err := newState(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := &Result{}
+	var held []int
+	for round := range 6 {
+		if err := s.round(context.Background(), round, res); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, c := range s.clusters {
+			for _, node := range c.kube.Nodes() {
+				n += len(node.Obj.Status.Images)
+			}
+		}
+		held = append(held, n)
+	}
+	// Bound 1 s into round 0; held from 31 s, seen at the start of round
+	// 4 (40 s).
+	if diff := cmp.Diff([]int{0, 0, 0, 0, 1, 1}, held); diff != "" {
+		t.Errorf("nodes holding the image by round: -want, +got:\n%s", diff)
+	}
+}

@@ -29,6 +29,7 @@ import (
 type options struct {
 	out, only, binders, modes, imageSize string
 	largeBinders                         string
+	imagePull                            time.Duration
 	large, withScenarios                 bool
 	trace                                sim.TraceOptions
 	nodes, pods                          string
@@ -39,6 +40,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "", "directory to write fleetsim.md and fleetsim.svg to; empty prints the table only")
 	flag.StringVar(&o.binders, "binders", strings.Join(binderNames(), ","), "comma-separated binders to run every scenario with; the first is charted")
 	flag.StringVar(&o.modes, "modes", strings.Join(modeKeys(), ","), "comma-separated modes to run")
+	flag.DurationVar(&o.imagePull, "image-pull", sim.DefaultImagePull, "how long after a pod binds its node holds the pod's image; 0 for at once")
 	flag.StringVar(&o.imageSize, "image-size", "8Gi", "size of the serving image every node pulls when it runs a replica (ImageLocality reads it); 0 for none that scores")
 	flag.StringVar(&o.only, "scenario", "", "run only the scenario of this name")
 	flag.BoolVar(&o.large, "large", false, "also run "+sim.Large().Name+" ("+sim.Large().Summary+"); it takes an hour or more")
@@ -126,6 +128,10 @@ func run(o options) error {
 		sc.ImageSize = max(size.Value(), 0)
 		if sc.ImageSize == 0 {
 			sc.ImageSize = -1
+		}
+		sc.ImagePull = max(o.imagePull, 0)
+		if sc.ImagePull == 0 {
+			sc.ImagePull = -1
 		}
 		bs := binders
 		if sc.Name == sim.Large().Name {

@@ -245,13 +245,30 @@ func (c *Cluster) AddPod(p *Pod) error {
 			return fmt.Errorf("cannot add pod %s: claim %s is not allocated", p.Obj.Name, rc.Name)
 		}
 	}
-	c.assume(p, n, false)
+	c.assume(p, n)
 	return nil
 }
 
-// assume adds a pod to its node: its requests and its claims' devices; and
-// when the node pulls the pod's images, those images.
-func (c *Cluster) assume(p *Pod, n *Node, pull bool) {
+// Pulled records that a node holds images now, as its kubelet reports the
+// images it pulled: ImageLocality reads them.
+func (c *Cluster) Pulled(node string, images ...string) {
+	n := c.byName[node]
+	if n == nil {
+		return
+	}
+	for _, name := range images {
+		if _, ok := n.images[name]; ok {
+			continue
+		}
+		size := c.imageSizes[name]
+		n.images[name] = size
+		c.imageNodes[name]++
+		n.Obj.Status.Images = append(n.Obj.Status.Images, corev1.ContainerImage{Names: []string{name}, SizeBytes: size})
+	}
+}
+
+// assume adds a pod to its node: its requests and its claims' devices.
+func (c *Cluster) assume(p *Pod, n *Node) {
 	p.node = n
 	p.Obj.Spec.NodeName = n.Obj.Name
 	n.Pods = append(n.Pods, p)
@@ -263,15 +280,6 @@ func (c *Cluster) assume(p *Pod, n *Node, pull bool) {
 	n.nonZero = n.nonZero.add(p.nonZero)
 	for _, rc := range p.Claims {
 		c.hold(rc, true)
-	}
-	for _, name := range p.images {
-		if _, ok := n.images[name]; ok || !pull {
-			continue
-		}
-		size := c.imageSizes[name]
-		n.images[name] = size
-		c.imageNodes[name]++
-		n.Obj.Status.Images = append(n.Obj.Status.Images, corev1.ContainerImage{Names: []string{name}, SizeBytes: size})
 	}
 }
 

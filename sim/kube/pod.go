@@ -91,6 +91,10 @@ func NewPod(p *corev1.Pod, claims ...*resourceapi.ResourceClaim) (*Pod, error) {
 	return pd, nil
 }
 
+// Images are the pod's images, by the names ImageLocality looks them up
+// by.
+func (p *Pod) Images() []string { return p.images }
+
 // Node is the name of the node the pod is bound to, or "".
 func (p *Pod) Node() string {
 	if p.node == nil {

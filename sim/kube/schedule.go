@@ -124,8 +124,7 @@ func (c *Cluster) Bind(p *Pod, node string, e *Evaluation) error {
 		rc.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: p.Obj.Name, UID: p.Obj.UID}}
 		i++
 	}
-	// The node pulls the pod's images, and keeps them.
-	c.assume(p, n, true)
+	c.assume(p, n)
 	return nil
 }
 
