@@ -434,9 +434,9 @@ func TestFleetSimThroughRunFunction(t *testing.T) {
 		binder sim.Binder
 		mode   sim.Mode
 	}{
-		{sim.LeastAllocated, sim.Lagging()},
-		{sim.MostAllocated, sim.Fresh()},
-		{sim.LeastAllocated, sim.WholeNode()},
+		{sim.KubeDefault, sim.Lagging()},
+		{sim.KubeMostAllocated, sim.Fresh()},
+		{sim.KubeDefault, sim.WholeNode()},
 	}
 	if testing.Short() {
 		runs = runs[:1]

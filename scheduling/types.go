@@ -12,11 +12,16 @@ type Binding string
 
 // The bindings the ledger can assume.
 const (
-	// MostFree assumes the node with the most of the claimed devices free,
-	// as kube-scheduler's default LeastAllocated scoring does.
+	// MostFree assumes the node with the most of the claimed devices free.
+	// kube-scheduler does not score DRA devices: its default profile
+	// (LeastAllocated over cpu and memory) lands there only while the
+	// nodes' images score alike and pods request cpu and memory in step
+	// with their GPUs (docs/scheduling.md, "Which node").
 	MostFree Binding = "MostFree"
 	// LeastFree assumes the fitting node with the fewest claimed devices
-	// free, as MostAllocated (bin-packing) scoring does.
+	// free: where a bin-packing profile (NodeResourcesFit MostAllocated)
+	// lands pods, and where the default profile does once ImageLocality
+	// favours the nodes that already run the serving image.
 	LeastFree Binding = "LeastFree"
 )
 

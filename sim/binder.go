@@ -1,71 +1,105 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
+
+	"github.com/modelplaneai/fleet-scheduler/scheduling"
+	"github.com/modelplaneai/fleet-scheduler/sim/kube"
 )
 
-// Binder is how the simulated kube-scheduler scores the nodes a pod fits.
+// Binder is how pods bind to nodes in the simulated clusters.
 type Binder string
 
-// The binders. Each binds a pod to a node of its pinned pool with at least
-// its claim free and no other claiming pod of its gang (engine copy), or
-// leaves it Pending.
+// The binders. Every one binds a pod only to a node of its pool that the
+// filters of sim/kube admit (cpu and memory, taints, a gang's distinct
+// nodes, and the structured allocator allocating its claim), and the pod
+// takes what the allocator allocated; they differ in which of those nodes.
 const (
-	// LeastAllocated, kube-scheduler's default NodeResourcesFit scoring,
-	// prefers the node with the most GPUs free. Ties go to a random one of
-	// the best, as kube-scheduler's selectHost does.
-	LeastAllocated Binder = "least-allocated"
-	// MostAllocated (bin-packing) prefers the node with the fewest GPUs
-	// free that still fits.
-	MostAllocated Binder = "most-allocated"
+	// KubeDefault scores as kube-scheduler v1.37's default profile: cpu and
+	// memory LeastAllocated, BalancedAllocation, ImageLocality, spreading,
+	// PreferNoSchedule taints. GPUs are not scored.
+	KubeDefault Binder = "kube-default"
+	// KubeMostAllocated is the default profile with NodeResourcesFit
+	// scoring MostAllocated (cpu and memory), as bin-packing clusters
+	// configure it.
+	KubeMostAllocated Binder = "kube-most-allocated"
+	// GPUMostFree prefers the node with the most GPUs free, which
+	// kube-scheduler does not do (the simulator's binder before it bound
+	// with Kubernetes' code, kept for comparison). Ties go to a random one
+	// of the best.
+	GPUMostFree Binder = "gpu-most-free"
+	// GPULeastFree prefers the fitting node with the fewest GPUs free.
+	GPULeastFree Binder = "gpu-least-free"
 	// Random binds to any node the pod fits, uniformly.
 	Random Binder = "random"
 )
 
-// ParseBinder reads a binder name.
-func ParseBinder(s string) (Binder, error) {
-	switch b := Binder(s); b {
-	case LeastAllocated, MostAllocated, Random:
-		return b, nil
-	}
-	return "", fmt.Errorf("unknown binder %q: want %s, %s or %s", s, LeastAllocated, MostAllocated, Random)
+// Binders are every binder, the default first.
+func Binders() []Binder {
+	return []Binder{KubeDefault, KubeMostAllocated, GPUMostFree, GPULeastFree, Random}
 }
 
-// bind tries to bind one pod, and reports whether it did. A pod that claims
-// nothing binds to any node of its pool without taking a device.
-func (b Binder) bind(p *pod, rng *rand.Rand) bool {
-	if p.pool == nil {
-		return false
-	}
-	var best []*node
-	var bestScore int64
-	for _, n := range p.pool.nodes {
-		if n.free < p.claim || (p.claim > 0 && n.hostsGang(p.gang)) {
-			continue
+// ParseBinder reads a binder name.
+func ParseBinder(s string) (Binder, error) {
+	for _, b := range Binders() {
+		if string(b) == s {
+			return b, nil
 		}
+	}
+	return "", fmt.Errorf("unknown binder %q: want one of %v", s, Binders())
+}
+
+// profile is the kube-scheduler profile whose filters (and, for the kube
+// binders, scores) the binder uses.
+func (b Binder) profile() kube.Profile {
+	if b == KubeMostAllocated {
+		return kube.MostAllocated
+	}
+	return kube.Default
+}
+
+// bind tries to bind one pod, and reports whether it did.
+func (b Binder) bind(ctx context.Context, p *pod, rng *rand.Rand) (bool, error) {
+	if p.pool == nil {
+		return false, nil
+	}
+	c := p.replica.cluster
+	if b == KubeDefault || b == KubeMostAllocated {
+		node, _, err := c.kube.Schedule(ctx, p.kube, b.profile(), rng)
+		return node != "", err
+	}
+	e, err := c.kube.Evaluate(ctx, p.kube, b.profile())
+	if err != nil || e.Unschedulable() {
+		return false, err
+	}
+	var best []string
+	var bestScore int64
+	for _, name := range e.Scored {
+		// Random scores every node alike.
 		var score int64
-		switch b {
-		case LeastAllocated:
-			score = n.free
-		case MostAllocated:
-			score = -n.free
-		case Random:
-			score = 0
+		if free := c.freeGPUs(c.kube.Node(name)); b == GPUMostFree {
+			score = free
+		} else if b == GPULeastFree {
+			score = -free
 		}
 		switch {
 		case len(best) == 0 || score > bestScore:
-			best, bestScore = append(best[:0], n), score
+			best, bestScore = append(best[:0], name), score
 		case score == bestScore:
-			best = append(best, n)
+			best = append(best, name)
 		}
 	}
-	if len(best) == 0 {
-		return false
+	return true, c.kube.Bind(p.kube, best[rng.IntN(len(best))], e)
+}
+
+// AssumedBinding is the assumedBinding that matches a binder: LeastFree
+// for the binders that pack (kube-most-allocated packs cpu and memory, not
+// GPUs; whether that predicts where pods land is what the report measures).
+func AssumedBinding(b Binder) scheduling.Binding {
+	if b == GPULeastFree || b == KubeMostAllocated {
+		return scheduling.LeastFree
 	}
-	n := best[rng.IntN(len(best))]
-	n.free -= p.claim
-	n.pods = append(n.pods, p)
-	p.node = n
-	return true
+	return scheduling.MostFree
 }

@@ -3,34 +3,59 @@
 // gains over whole-node accounting and whether it stays correct when the
 // cluster agent lags or goes silent.
 //
+// The clusters are made of Kubernetes objects: each node a Node with cpu
+// and memory allocatable and a resource.k8s.io/v1 ResourceSlice of its GPUs
+// (with the model and memory a CEL selector reads), each pool device a
+// DeviceClass, each pod a Pod built from its member's template with a
+// ResourceClaim of the member's resolved device requests. Pods bind as
+// kube-scheduler binds them (sim/kube), or by the GPU-ranked binders kept
+// for comparison.
+//
 // Each round (a Tick of simulated time) the simulator:
 //
-//  1. applies the demand events due (deployments arriving or scaling);
+//  1. applies the demand events due (deployments arriving, scaling or
+//     leaving);
 //  2. publishes, per pool, the agent's newest report whose lag has passed;
 //  3. reconciles every deployment in name order through a Reconciler (by
 //     default observation + scheduling, the path fn.go takes; bench_test.go
 //     also drives the real RunFunction), creating the ModelReplicas it adds
-//     and deleting the ones it drops;
-//  4. binds pending pods to nodes as kube-scheduler would (Binder), one
-//     second into the round, and sets each replica's PodsScheduled;
-//  5. lets the agent sample every pool's histogram, five seconds into the
-//     round, when its heartbeat is due and it has not stopped.
+//     (and their pods) and deleting the ones it drops;
+//  4. binds pending pods, oldest first, one second into the round, and sets
+//     each replica's PodsScheduled;
+//  5. lets the agent report every pool, five seconds into the round, when
+//     its heartbeat is due and it has not stopped: the agent package's
+//     PoolReport over the cluster's Nodes, ResourceSlices, DeviceClasses
+//     and ResourceClaims, as a cluster agent computes it.
 //
 // The fleet has one DRA device kind per pool, "gpu".
 package sim
 
 import (
+	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/modelplaneai/fleet-scheduler/agent"
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/sim/kube"
 )
 
 // DeviceName is the one DRA device every simulated pool has.
 const DeviceName = "gpu"
+
+// GPUDriver is the DRA driver of every simulated GPU; its DeviceClass is
+// fixture.GPUClass.
+const GPUDriver = "gpu.nvidia.com"
+
+// PoolLabel is the node label that says which pool a node is in, and pins
+// pods to a pool: the agent package's.
+const PoolLabel = agent.PoolLabel
 
 // ClusterSpec is a simulated InferenceCluster.
 type ClusterSpec struct {
@@ -45,6 +70,36 @@ type PoolSpec struct {
 	GPUsPerNode int64
 	// Memory is each GPU's memory, a Kubernetes quantity such as 80Gi.
 	Memory string
+	// Model is the GPU's model attribute, which CEL selectors may read;
+	// empty means "GPU".
+	Model string
+	// CPU and NodeMemory are each node's allocatable cpu and memory, as
+	// Kubernetes quantities; empty means 24 cores and 256Gi per GPU.
+	CPU, NodeMemory string
+}
+
+func (p PoolSpec) model() string {
+	if p.Model == "" {
+		return "GPU"
+	}
+	return p.Model
+}
+
+func (p PoolSpec) allocatable() (cpu, memory resource.Quantity, err error) {
+	c, m := p.CPU, p.NodeMemory
+	if c == "" {
+		c = fmt.Sprint(24 * max(p.GPUsPerNode, 1))
+	}
+	if m == "" {
+		m = fmt.Sprintf("%dGi", 256*max(p.GPUsPerNode, 1))
+	}
+	if cpu, err = resource.ParseQuantity(c); err != nil {
+		return cpu, memory, fmt.Errorf("pool %s: cpu %q: %w", p.Name, c, err)
+	}
+	if memory, err = resource.ParseQuantity(m); err != nil {
+		return cpu, memory, fmt.Errorf("pool %s: node memory %q: %w", p.Name, m, err)
+	}
+	return cpu, memory, nil
 }
 
 // Fleet is n clusters, each with the given pools.
@@ -71,48 +126,93 @@ func FleetGPUs(cs []ClusterSpec) int64 {
 	return n
 }
 
-// node is one node of a pool: its free GPUs and the pods bound to it.
-type node struct {
-	free int64
-	pods []*pod
-}
-
-func (n *node) hostsGang(gang string) bool {
-	if gang == "" {
-		return false
-	}
-	return slices.ContainsFunc(n.pods, func(p *pod) bool { return p.gang == gang })
-}
-
 // simPool is a pool's nodes and what its agent has sampled and published.
 type simPool struct {
 	spec    PoolSpec
-	nodes   []*node
+	cluster *simCluster
+	nodes   []*kube.Node
 	samples []sample
 	// published is the report on the InferenceCluster, nil before the first.
 	published *sample
+	// last is the newest report computed, and generations the pool's
+	// nodes' generations it was computed at.
+	last        *agent.Report
+	generations []uint64
 }
 
-// sample is one agent report of a pool.
+// sample is one agent report of a pool and when it reaches the
+// InferenceCluster.
 type sample struct {
-	observedAt time.Time
-	visibleAt  time.Time
-	nodes      int
-	// byFree counts nodes by free GPUs, index = free count.
-	byFree []int64
+	report    agent.Report
+	visibleAt time.Time
 }
 
-func (p *simPool) sample(at, visible time.Time) sample {
-	s := sample{observedAt: at, visibleAt: visible, nodes: len(p.nodes), byFree: make([]int64, p.spec.GPUsPerNode+1)}
-	for _, n := range p.nodes {
-		s.byFree[n.free]++
+// freeGPUs counts a node's GPUs that no claim holds, for the GPU-ranked
+// binders (the agent's reports come from the agent package).
+func (c *simCluster) freeGPUs(n *kube.Node) int64 {
+	var free int64
+	for _, s := range n.Slices {
+		if s.Spec.Driver != GPUDriver {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			if !c.kube.Allocated(s.Spec.Driver, s.Spec.Pool.Name, d.Name) {
+				free++
+			}
+		}
 	}
-	return s
+	return free
+}
+
+// sample is the agent's report of the pool as of at, from the cluster's
+// view, by the agent package, visible from visible on. A pool none of
+// whose nodes changed since the last report gets that report again, as of
+// at: it is a function of what changed.
+func (p *simPool) sample(ctx context.Context, view func() agent.View, at, visible time.Time) (sample, error) {
+	gens := make([]uint64, len(p.nodes))
+	for i, n := range p.nodes {
+		gens[i] = n.Generation()
+	}
+	if p.last == nil || !slices.Equal(gens, p.generations) {
+		r, err := agent.PoolReport(ctx, agent.Pool{Name: p.spec.Name, Devices: []v1alpha1.Device{p.device()}}, view())
+		if err != nil {
+			return sample{}, fmt.Errorf("cannot report pool %s/%s: %w", p.cluster.name, p.spec.Name, err)
+		}
+		p.last, p.generations = &r, gens
+	}
+	r := *p.last
+	r.ObservedAt = at.UTC().Truncate(time.Second)
+	return sample{report: r, visibleAt: visible}, nil
+}
+
+// device is the pool's GPU as the InferenceCluster publishes it.
+func (p *simPool) device() v1alpha1.Device {
+	dev := fixture.GPU(DeviceName, p.spec.GPUsPerNode, p.spec.Memory)
+	dev.Attributes = map[string]v1alpha1.DeviceAttribute{}
+	for k, v := range gpuAttributes(p.spec) {
+		dev.Attributes[string(k)] = v1alpha1.DeviceAttribute{String: v.StringValue}
+	}
+	return dev
+}
+
+// view is the cluster as its agent's informers hold it as of at: every
+// Node, ResourceSlice, DeviceClass and ResourceClaim.
+func (c *simCluster) view(at time.Time) agent.View {
+	v := agent.View{DeviceClasses: []*resourceapi.DeviceClass{c.kube.Class(fixture.GPUClass)}, SyncedAt: at}
+	for _, n := range c.kube.Nodes() {
+		v.Nodes = append(v.Nodes, n.Obj)
+		v.ResourceSlices = append(v.ResourceSlices, n.Slices...)
+		for _, p := range n.Pods {
+			v.ResourceClaims = append(v.ResourceClaims, p.Claims...)
+		}
+	}
+	return v
 }
 
 type simCluster struct {
 	name  string
 	pools []*simPool
+	kube  *kube.Cluster
 }
 
 func (c *simCluster) pool(name string) *simPool {
@@ -124,99 +224,52 @@ func (c *simCluster) pool(name string) *simPool {
 	return nil
 }
 
+// newCluster builds a cluster's nodes, their slices and the GPU class.
+func newCluster(spec ClusterSpec, image string, imageSize int64) (*simCluster, error) {
+	c := &simCluster{name: spec.Name, kube: kube.NewCluster(kube.NewClass(fixture.GPUClass, GPUDriver))}
+	c.kube.SetImageSize(image, imageSize)
+	for _, ps := range spec.Pools {
+		cpu, mem, err := ps.allocatable()
+		if err != nil {
+			return nil, fmt.Errorf("cannot build cluster %s: %w", spec.Name, err)
+		}
+		gpuMem, err := resource.ParseQuantity(ps.Memory)
+		if err != nil {
+			return nil, fmt.Errorf("cannot build cluster %s: pool %s: GPU memory %q: %w", spec.Name, ps.Name, ps.Memory, err)
+		}
+		p := &simPool{spec: ps, cluster: c}
+		for i := range ps.Nodes {
+			name := fmt.Sprintf("%s-%s-%03d", spec.Name, ps.Name, i)
+			node := kube.NewNode(name, cpu, mem, map[string]string{PoolLabel: ps.Name, corev1.LabelTopologyZone: spec.Name + "-a"})
+			slice := kube.NewSlice(name, GPUDriver, kube.NewDevices("gpu", int(ps.GPUsPerNode), gpuAttributes(ps),
+				map[resourceapi.QualifiedName]resource.Quantity{"memory": gpuMem})...)
+			if err := c.kube.AddNode(node, slice); err != nil {
+				return nil, err
+			}
+			p.nodes = append(p.nodes, c.kube.Node(name))
+		}
+		c.pools = append(c.pools, p)
+	}
+	return c, nil
+}
+
+// gpuAttributes are what a pool's GPUs publish, in their ResourceSlices and
+// on the InferenceCluster alike: the product name and the model.
+func gpuAttributes(ps PoolSpec) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	product, model := "NVIDIA "+ps.model()+" "+ps.Memory, ps.model()
+	return map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"productName": {StringValue: &product}, "model": {StringValue: &model}}
+}
+
 // object renders the cluster as the InferenceCluster the function reads:
 // Ready, with a gateway, each pool with its published report if any.
 func (c *simCluster) object() *v1alpha1.InferenceCluster {
 	pools := make([]v1alpha1.GPUPool, 0, len(c.pools))
 	for _, p := range c.pools {
-		w := fixture.Pool(p.spec.Name, int64(len(p.nodes))).Devices(fixture.GPU(DeviceName, p.spec.GPUsPerNode, p.spec.Memory))
+		pool := fixture.Pool(p.spec.Name, int64(len(p.nodes))).Devices(p.device()).Obj()
 		if s := p.published; s != nil {
-			var buckets []fixture.Bucket
-			for free, nodes := range slices.Backward(s.byFree) {
-				if nodes > 0 {
-					buckets = append(buckets, fixture.NodesFree(nodes, DeviceName, int64(free)))
-				}
-			}
-			w.Observed(s.observedAt, int64(s.nodes), buckets...)
+			s.report.Fill(&pool)
 		}
-		pools = append(pools, w.Obj())
+		pools = append(pools, pool)
 	}
 	return fixture.Cluster(c.name).Pools(pools...).Obj()
-}
-
-// pod is one pod of a replica, pinned to a pool, bound to a node or Pending.
-type pod struct {
-	replica *replica
-	pool    *simPool
-	// gang names the engine copy whose claiming pods need distinct nodes;
-	// empty for a Standalone engine.
-	gang  string
-	claim int64
-	node  *node
-}
-
-// replica is a ModelReplica and its pods.
-type replica struct {
-	obj        *v1alpha1.ModelReplica
-	deployment string
-	seq        int
-	pods       []*pod
-	// scheduledAt is when PodsScheduled became True; nil while it is False.
-	scheduledAt *time.Time
-}
-
-func (r *replica) bound() bool {
-	for _, p := range r.pods {
-		if p.node == nil {
-			return false
-		}
-	}
-	return true
-}
-
-// newReplica makes the pods of a ModelReplica the scheduler asked for: per
-// engine copy and member, one pod (a Worker: worker.nodes pods), claiming the
-// sum of its stamped device requests.
-func newReplica(c *simCluster, obj *v1alpha1.ModelReplica, deployment string, seq int) *replica {
-	r := &replica{obj: obj, deployment: deployment, seq: seq}
-	for _, e := range obj.Spec.Engines {
-		copies := int64(1)
-		if e.Copies != nil && *e.Copies > 0 {
-			copies = *e.Copies
-		}
-		gang := slices.ContainsFunc(e.Members, func(m v1alpha1.ReplicaMember) bool {
-			return m.Role == v1alpha1.RoleLeader || m.Role == v1alpha1.RoleWorker
-		})
-		for cp := range copies {
-			gangID := ""
-			if gang {
-				gangID = obj.Metadata.Name + "/" + e.Name + "/" + strconv.FormatInt(cp, 10)
-			}
-			for _, m := range e.Members {
-				pods := int64(1)
-				if m.Role == v1alpha1.RoleWorker && m.Worker != nil {
-					pods = m.Worker.Nodes
-				}
-				var claim int64
-				for _, dr := range m.DeviceRequests {
-					claim += dr.Count
-				}
-				for range pods {
-					r.pods = append(r.pods, &pod{replica: r, pool: c.pool(m.NodePoolName), gang: gangID, claim: claim})
-				}
-			}
-		}
-	}
-	return r
-}
-
-func (r *replica) release() {
-	for _, p := range r.pods {
-		if p.node == nil {
-			continue
-		}
-		p.node.free += p.claim
-		p.node.pods = slices.DeleteFunc(p.node.pods, func(q *pod) bool { return q == p })
-		p.node = nil
-	}
 }

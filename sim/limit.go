@@ -5,18 +5,34 @@ import (
 	"slices"
 )
 
-// Limit is the most a fleet can hold of a demand, whatever the scheduler.
-type Limit struct {
-	// Replicas is the most replicas that fit (uniform shapes), or the
-	// replicas of one packing that reaches GPUs (mixed shapes).
+// Bounds are what no scheduler can beat on a scenario's final demand.
+type Bounds struct {
+	// Replicas is the most replicas of the demand the fleet can hold at
+	// once; GPUs the most GPUs they can claim. Each bounds on its own:
+	// the placement with the most replicas need not be the one with the
+	// most GPUs.
 	Replicas int
-	// GPUs is the most GPUs the demand can hold.
-	GPUs int64
-	// Exact is false when GPUs is only an upper bound.
+	GPUs     int64
+	// Exact is true when some placement reaches each bound.
 	Exact bool
+	// Fit is, for a scenario of one shape, the most replicas of it the
+	// fleet holds whatever the demand; 0 for several shapes.
+	Fit int
+	// PerReplica is that shape's GPUs per replica.
+	PerReplica int64
 }
 
-// PhysicalLimit computes the limit of a scenario's final demand.
+// Instant is the bound on GPUs allocated at a moment when the demand wants
+// wanted replicas claiming demandGPUs: the exact limit for one shape,
+// min(demand, capacity) otherwise.
+func (b Bounds) Instant(wanted int, demandGPUs, fleetGPUs int64) int64 {
+	if b.Fit > 0 {
+		return int64(min(wanted, b.Fit)) * b.PerReplica
+	}
+	return min(demandGPUs, fleetGPUs)
+}
+
+// Limit computes the bounds of a scenario's final demand.
 //
 // One shape: exact. An engine's pods go to one pool, and a replica's
 // engines to one cluster; a node of g GPUs takes floor(g/c) pods of c GPUs.
@@ -25,11 +41,13 @@ type Limit struct {
 // n >= P (and none otherwise). A cluster holds floor(engines/E) replicas of
 // E identical engines; the fleet the sum, capped by the demand.
 //
-// Several shapes (single-pod replicas only): first-fit decreasing over every
-// node of the fleet. Its GPUs are achievable, and the upper bound is the
-// lesser of the demand's GPUs and the fleet's; when FFD reaches the bound it
-// is exact.
-func PhysicalLimit(sc Scenario) Limit {
+// Several shapes (single-pod replicas only). Replicas: if any k replicas
+// fit, the k smallest do, and their GPUs are at most the fleet's; so the
+// largest k whose smallest replicas' GPUs the fleet's GPUs cover bounds
+// the count. GPUs: the lesser of the demand's and the fleet's. A replica no
+// node can hold counts toward neither. Each is exact when first-fit
+// decreasing packs that many onto the fleet's nodes.
+func Limit(sc Scenario) Bounds {
 	demand := sc.FinalDemand()
 	shapes := map[Shape]bool{}
 	var wanted int
@@ -53,19 +71,9 @@ func PhysicalLimit(sc Scenario) Limit {
 			}
 			fit += engines / s.Engines
 		}
-		fit = min(fit, wanted)
-		return Limit{Replicas: fit, GPUs: int64(fit) * s.PerReplica(), Exact: true}
+		n := min(fit, wanted)
+		return Bounds{Replicas: n, GPUs: int64(n) * s.PerReplica(), Exact: true, Fit: fit, PerReplica: s.PerReplica()}
 	}
-	var items []int64
-	var demandGPUs int64
-	for name, n := range demand {
-		s := sc.Shapes[name]
-		for range n {
-			items = append(items, s.PerReplica())
-		}
-		demandGPUs += n * s.PerReplica()
-	}
-	slices.SortFunc(items, func(a, b int64) int { return cmp.Compare(b, a) })
 	var bins []int64
 	for _, c := range sc.Clusters {
 		for _, p := range c.Pools {
@@ -74,20 +82,52 @@ func PhysicalLimit(sc Scenario) Limit {
 			}
 		}
 	}
-	l := Limit{}
+	largest := slices.Max(bins)
+	var items []int64
+	var demandGPUs int64
+	for name, n := range demand {
+		s := sc.Shapes[name]
+		if s.PerReplica() > largest {
+			continue
+		}
+		for range n {
+			items = append(items, s.PerReplica())
+		}
+		demandGPUs += n * s.PerReplica()
+	}
+	slices.Sort(items)
+	fleet := FleetGPUs(sc.Clusters)
+	var b Bounds
+	var sum int64
+	for _, it := range items {
+		if sum+it > fleet {
+			break
+		}
+		sum += it
+		b.Replicas++
+	}
+	b.GPUs = min(demandGPUs, fleet)
+	packed, _ := firstFitDecreasing(items[:b.Replicas], bins)
+	_, gpus := firstFitDecreasing(items, bins)
+	b.Exact = packed == b.Replicas && gpus == b.GPUs
+	return b
+}
+
+// firstFitDecreasing packs items, largest first, each onto the first bin
+// with room, and says how many it packed and their total.
+func firstFitDecreasing(items, bins []int64) (int, int64) {
+	items = slices.SortedFunc(slices.Values(items), func(a, b int64) int { return cmp.Compare(b, a) })
+	bins = slices.Clone(bins)
+	n, total := 0, int64(0)
 	for _, it := range items {
 		for i := range bins {
 			if bins[i] >= it {
 				bins[i] -= it
-				l.Replicas++
-				l.GPUs += it
+				n++
+				total += it
 				break
 			}
 		}
 	}
-	l.Exact = l.GPUs == min(demandGPUs, FleetGPUs(sc.Clusters))
-	if !l.Exact {
-		l.GPUs = min(demandGPUs, FleetGPUs(sc.Clusters))
-	}
-	return l
+	return n, total
 }

@@ -9,37 +9,63 @@ import (
 	"time"
 )
 
-// Row is one scenario run in one mode.
+// Row is one scenario run in one mode with one binder.
 type Row struct {
 	Scenario Scenario
 	Mode     Mode
 	Binder   Binder
 	Result   *Result
-	Limit    Limit
+	Bounds   Bounds
 }
 
-func pct(n, d int64) string {
-	if d == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(d))
+// Stats are a run's GPU shares of the fleet against their bounds.
+type Stats struct {
+	// Mean is the mean over the rounds of the share of the fleet's GPUs
+	// allocated, and MeanBound the mean of the bound at each round.
+	Mean, MeanBound float64
+	// Peak and PeakBound are the same at the demand's peak: the last
+	// round at which the demand wanted the most GPUs.
+	Peak, PeakBound float64
+	PeakRound       int
 }
+
+// Stats computes a row's GPU shares.
+func (r Row) Stats() Stats {
+	res := r.Result
+	var st Stats
+	if len(res.Series) == 0 || res.FleetGPUs == 0 {
+		return st
+	}
+	fleet := float64(res.FleetGPUs)
+	var top int64 = -1
+	for _, p := range res.Series {
+		bound := r.Bounds.Instant(p.Wanted, p.DemandGPUs, res.FleetGPUs)
+		st.Mean += float64(p.GPUs) / fleet
+		st.MeanBound += float64(bound) / fleet
+		if p.DemandGPUs >= top {
+			top = p.DemandGPUs
+			st.Peak, st.PeakBound, st.PeakRound = float64(p.GPUs)/fleet, float64(bound)/fleet, p.Round
+		}
+	}
+	n := float64(len(res.Series))
+	st.Mean /= n
+	st.MeanBound /= n
+	return st
+}
+
+func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
 
 // WriteTable writes the results as one Markdown table.
 func WriteTable(w io.Writer, rows []Row) error {
 	var b strings.Builder
-	b.WriteString("| Scenario | Mode | Binder | Replicas placed / wanted | Running | GPUs allocated (share of fleet) | Physical limit | Share of limit | Pending pods (max / end) | Rounds to converge |\n")
+	b.WriteString("| Scenario | Mode | Binder | Replicas placed / wanted (bound) | GPUs allocated, mean over time (bound) | GPUs allocated at the demand peak (bound) | Pending pods max / end | Pending pod-seconds | Reconciles to converge | Wall time |\n")
 	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
-		res, l := r.Result, r.Limit
-		limit := fmt.Sprintf("%d replicas, %d GPUs (%s)", l.Replicas, l.GPUs, pct(l.GPUs, res.FleetGPUs))
-		if !l.Exact {
-			limit = fmt.Sprintf("≤ %d GPUs (%s)", l.GPUs, pct(l.GPUs, res.FleetGPUs))
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %d / %d | %d | %d / %d (%s) | %s | %s | %d / %d | %d |\n",
-			r.Scenario.Name, r.Mode.Name, r.Binder, res.Placed, res.Wanted, res.Running,
-			res.GPUs, res.FleetGPUs, pct(res.GPUs, res.FleetGPUs), limit, pct(res.GPUs, l.GPUs),
-			res.PendingMax, res.PendingEnd, res.RoundsToConverge())
+		res, st := r.Result, r.Stats()
+		fmt.Fprintf(&b, "| %s | %s | %s | %d / %d (%d) | %s (%s) | %s (%s) | %d / %d | %.0f | %d | %s |\n",
+			r.Scenario.Name, r.Mode.Name, r.Binder, res.Placed, res.Wanted, r.Bounds.Replicas,
+			pct(st.Mean), pct(st.MeanBound), pct(st.Peak), pct(st.PeakBound),
+			res.PendingMax, res.PendingEnd, res.PendingSeconds, res.ReconcilesToConverge, res.Wall.Round(10*time.Millisecond))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -96,10 +122,9 @@ const (
 
 // WriteChart writes a hand-made SVG: one panel per scenario, GPUs allocated
 // (share of the fleet) over simulated time, one line per mode, and the
-// physical limit dashed.
-func WriteChart(w io.Writer, rows []Row, tick time.Duration) error {
-	var scenarios []string
-	var modes []string
+// bound at each moment dashed.
+func WriteChart(w io.Writer, rows []Row) error {
+	var scenarios, modes []string
 	byKey := map[[2]string]Row{}
 	for _, r := range rows {
 		if !slices.Contains(scenarios, r.Scenario.Name) {
@@ -112,16 +137,17 @@ func WriteChart(w io.Writer, rows []Row, tick time.Duration) error {
 	}
 	prows := (len(scenarios) + cols - 1) / cols
 	width := cols * (pw + left + 16)
-	height := legend + prows*(ph+top+36)
+	height := legend + 20 + prows*(ph+top+36)
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
 	for i, m := range modes {
-		x := 10 + i*230
-		fmt.Fprintf(&b, `<line x1="%d" y1="16" x2="%d" y2="16" stroke="%s" stroke-width="2.5"%s/><text x="%d" y="20">%s</text>`+"\n", x, x+24, modeColour(i), modeDash(i), x+30, html.EscapeString(m))
+		x := 10 + (i%4)*240
+		y := 16 + (i/4)*18
+		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2.5"%s/><text x="%d" y="%d">%s</text>`+"\n", x, y, x+24, y, modeColour(i), modeDash(i), x+30, y+4, html.EscapeString(m))
 	}
-	x := 10 + len(modes)*230
-	fmt.Fprintf(&b, `<line x1="%d" y1="16" x2="%d" y2="16" stroke="black" stroke-dasharray="4 3"/><text x="%d" y="20">physical limit</text>`+"\n", x, x+24, x+30)
+	x, y := 10+(len(modes)%4)*240, 16+(len(modes)/4)*18
+	fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black" stroke-dasharray="4 3"/><text x="%d" y="%d">bound</text>`+"\n", x, y, x+24, y, x+30, y+4)
 	for si, name := range scenarios {
 		runs := make([]*Row, len(modes))
 		for mi, m := range modes {
@@ -130,30 +156,33 @@ func WriteChart(w io.Writer, rows []Row, tick time.Duration) error {
 			}
 		}
 		ox := (si%cols)*(pw+left+16) + left
-		oy := legend + (si/cols)*(ph+top+36) + top
-		writePanel(&b, ox, oy, name, runs, tick)
+		oy := legend + 20 + (si/cols)*(ph+top+36) + top
+		writePanel(&b, ox, oy, name, runs)
 	}
-	fmt.Fprintf(&b, `<text x="10" y="%d" fill="#555">GPUs held by bound pods, as a share of the fleet's GPUs, over simulated time (10s rounds).</text>`+"\n", height-6)
+	fmt.Fprintf(&b, `<text x="10" y="%d" fill="#555">GPUs held by bound pods, as a share of the fleet's GPUs, over simulated time.</text>`+"\n", height-6)
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
 }
 
 // writePanel draws one scenario's panel at (ox, oy): a line per mode's run
-// (nil where a mode did not run) and the physical limit.
-func writePanel(b *strings.Builder, ox, oy int, name string, runs []*Row, tick time.Duration) {
+// (nil where a mode did not run) and the bound.
+func writePanel(b *strings.Builder, ox, oy int, name string, runs []*Row) {
 	fmt.Fprintf(b, `<text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", ox, oy-8, html.EscapeString(name))
 	fmt.Fprintf(b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#ccc"/>`+"\n", ox, oy, pw, ph)
-	var rounds int
-	var fleet, limit int64
+	var first *Row
 	for _, r := range runs {
-		if r != nil {
-			rounds = max(rounds, len(r.Result.Series))
-			fleet, limit = r.Result.FleetGPUs, r.Limit.GPUs
+		if r != nil && first == nil {
+			first = r
 		}
 	}
-	if rounds < 2 || fleet == 0 {
+	if first == nil || len(first.Result.Series) < 2 || first.Result.FleetGPUs == 0 {
 		return
+	}
+	rounds, fleet := len(first.Result.Series), first.Result.FleetGPUs
+	tick := first.Scenario.Tick
+	if tick == 0 {
+		tick = 10 * time.Second
 	}
 	px := func(round int) float64 { return float64(ox) + float64(pw)*float64(round)/float64(rounds-1) }
 	py := func(g int64) float64 { return float64(oy+ph) - float64(ph)*float64(g)/float64(fleet) }
@@ -161,11 +190,19 @@ func writePanel(b *strings.Builder, ox, oy int, name string, runs []*Row, tick t
 		y := py(fleet * f / 100)
 		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%d%%</text>`+"\n", ox, y, ox+pw, y, ox-4, y+4, f)
 	}
-	for m := time.Duration(0); m <= time.Duration(rounds-1)*tick; m += 5 * time.Minute {
-		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle">%dm</text>`+"\n", px(int(m/tick)), oy+ph+14, int(m.Minutes()))
+	span := time.Duration(rounds-1) * tick
+	step := 5 * time.Minute
+	for span/step > 6 {
+		step *= 2
 	}
-	ly := py(limit)
-	fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="black" stroke-dasharray="4 3"/>`+"\n", ox, ly, ox+pw, ly)
+	for m := time.Duration(0); m <= span; m += step {
+		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", px(int(m/tick)), oy+ph+14, axisLabel(m))
+	}
+	bound := make([]string, 0, rounds)
+	for _, p := range first.Result.Series {
+		bound = append(bound, fmt.Sprintf("%.1f,%.1f", px(p.Round), py(first.Bounds.Instant(p.Wanted, p.DemandGPUs, fleet))))
+	}
+	fmt.Fprintf(b, `<polyline fill="none" stroke="black" stroke-dasharray="4 3" points="%s"/>`+"\n", strings.Join(bound, " "))
 	for mi, r := range runs {
 		if r == nil {
 			continue
@@ -176,4 +213,106 @@ func writePanel(b *strings.Builder, ox, oy int, name string, runs []*Row, tick t
 		}
 		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>`+"\n", modeColour(mi), modeDash(mi), strings.Join(pts, " "))
 	}
+}
+
+func axisLabel(d time.Duration) string {
+	if d >= time.Hour && d%time.Hour == 0 {
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dm", int(d.Minutes()))
+}
+
+// Legend says what the table's columns and rows are.
+const Legend = `Each row is one run: a scenario, a mode (whole-node accounting without
+an agent; or free-device accounting from an agent that reports every 10s,
+visible the next round ("fresh"), or every 30s, visible 60s later
+("lagging"), with the ledger assuming MostFree or LeastFree binding), and a
+binder: how the simulated clusters bind pods. kube-default scores as
+kube-scheduler v1.37's default profile (cpu/memory LeastAllocated,
+BalancedAllocation, ImageLocality, spreading, PreferNoSchedule taints; no
+GPU scoring), kube-most-allocated the same with NodeResourcesFit
+MostAllocated; gpu-most-free and gpu-least-free rank nodes by free GPUs, as
+no kube-scheduler profile does, and random picks any node that fits. Every
+binder filters with the structured DRA allocator (sim/kube), and
+docs/calibration.md checks kube-default and kube-most-allocated against
+kube-scheduler's own framework. A node that ran a replica holds its
+serving image (8 GiB unless -image-size says otherwise) from 2 minutes
+after the pod bound (-image-pull) and keeps it; ImageLocality scores it. The function runs with its defaults (observationMaxAge 5m,
+replaceUnscheduledAfter 15m) but for assumedBinding, which the mode sets.
+
+- Replicas placed / wanted (bound): at the end of the run; the bound is
+  the most replicas of the final demand the fleet can hold.
+- GPUs allocated: the share of the fleet's GPUs that bound pods hold, the
+  mean over the rounds and at the demand's peak (its last round), each
+  beside its bound: min(demand, capacity) at that moment, or for a
+  scenario of one shape the exact limit of that shape.
+- Pending pods: the most at the end of any round, and at the end of the
+  run; pod-seconds sums the pods Pending over simulated time.
+- Reconciles to converge: the deployments reconciled from the round of the
+  last demand change through the last round that changed the fleet. A
+  deployment that placed all it wants and changed nothing is not
+  reconciled again until its demand changes (its reconcile is a no-op).
+- Wall time: the simulator's own, on a shared 2-core machine.
+`
+
+// WriteStuck lists, for the runs that ended with pods Pending, what those
+// pods need and what their pools have.
+func WriteStuck(w io.Writer, rows []Row) error {
+	var b strings.Builder
+	for _, r := range rows {
+		if len(r.Result.StuckPods) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "- %s, %s, %s: %d pods Pending at the end", r.Scenario.Name, r.Mode.Name, r.Binder, len(r.Result.StuckPods))
+		pods := r.Result.StuckPods
+		slices.Sort(pods)
+		for i, p := range pods {
+			if i == 3 {
+				fmt.Fprintf(&b, "; and %d more", len(pods)-i)
+				break
+			}
+			b.WriteString("; " + p)
+		}
+		b.WriteString(".\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WritePredictions writes, per scenario and binder over every mode, how
+// many claiming pods bound to a node with as many GPUs free as each
+// assumedBinding predicts: which assumption describes the binder.
+func WritePredictions(w io.Writer, rows []Row) error {
+	type key struct {
+		scenario string
+		binder   Binder
+	}
+	var keys []key
+	sums := map[key]*Binds{}
+	for _, r := range rows {
+		k := key{r.Scenario.Name, r.Binder}
+		if sums[k] == nil {
+			keys = append(keys, k)
+			sums[k] = &Binds{}
+		}
+		b := r.Result.Binds
+		sums[k].claiming += b.claiming
+		sums[k].mostFree += b.mostFree
+		sums[k].leastFree += b.leastFree
+	}
+	var b strings.Builder
+	b.WriteString("| Scenario | Binder | Claiming pods bound | on a node MostFree predicts | on a node LeastFree predicts |\n")
+	b.WriteString("|---|---|---:|---:|---:|\n")
+	for _, k := range keys {
+		s := sums[k]
+		share := func(n int) string {
+			if s.claiming == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%d (%s)", n, pct(float64(n)/float64(s.claiming)))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s |\n", k.scenario, k.binder, s.claiming, share(s.mostFree), share(s.leastFree))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }

@@ -1,7 +1,10 @@
 package sim
 
 import (
+	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
@@ -9,29 +12,56 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
-// Mode is how the fleet's capacity is observed.
+// Mode is how the fleet's capacity is observed, and which binding the
+// function's ledger assumes.
 type Mode struct {
-	Name  string
-	Agent Agent
+	Name    string
+	Agent   Agent
+	Binding scheduling.Binding
 }
 
 // WholeNode is a fleet without an agent: every pool on whole-node
 // accounting.
-func WholeNode() Mode { return Mode{Name: "whole-node"} }
+func WholeNode() Mode { return Mode{Name: "whole-node", Binding: scheduling.MostFree} }
 
-// Fresh is an agent that reports every 10s, visible from the next round.
+// Fresh is an agent that reports every 10s, visible from the next round,
+// the ledger assuming MostFree.
 func Fresh() Mode {
-	return Mode{Name: "free-device, fresh agent", Agent: Agent{Enabled: true, Heartbeat: 10 * time.Second}}
+	return Mode{Name: "fresh agent, MostFree", Agent: Agent{Enabled: true, Heartbeat: 10 * time.Second}, Binding: scheduling.MostFree}
 }
 
 // Lagging is an agent that reports every 30s, each report visible 60s
-// later.
+// later, the ledger assuming MostFree.
 func Lagging() Mode {
-	return Mode{Name: "free-device, lagging agent", Agent: Agent{Enabled: true, Heartbeat: 30 * time.Second, Lag: 60 * time.Second}}
+	return Mode{Name: "lagging agent, MostFree", Agent: Agent{Enabled: true, Heartbeat: 30 * time.Second, Lag: 60 * time.Second}, Binding: scheduling.MostFree}
+}
+
+// Assuming is the mode with the ledger assuming another binding.
+func (m Mode) Assuming(b scheduling.Binding) Mode {
+	if m.Agent.Enabled {
+		m.Name = m.Name[:len(m.Name)-len(m.Binding)] + string(b)
+	}
+	m.Binding = b
+	return m
+}
+
+// Key is a mode's short name, for command lines: whole-node,
+// fresh-mostfree, fresh-leastfree, lagging-mostfree, lagging-leastfree.
+func (m Mode) Key() string {
+	if !m.Agent.Enabled {
+		return "whole-node"
+	}
+	agent := "fresh"
+	if m.Agent.Lag > 0 {
+		agent = "lagging"
+	}
+	return agent + "-" + strings.ToLower(string(m.Binding))
 }
 
 // Modes are the modes every scenario runs in.
-func Modes() []Mode { return []Mode{WholeNode(), Fresh(), Lagging()} }
+func Modes() []Mode {
+	return []Mode{WholeNode(), Fresh(), Fresh().Assuming(scheduling.LeastFree), Lagging(), Lagging().Assuming(scheduling.LeastFree)}
+}
 
 // Shape is a replica of identical engines, each of Pods pods claiming GPUs
 // apiece; a Gang engine's pods need distinct nodes of one pool.
@@ -51,17 +81,31 @@ type Scenario struct {
 	Summary  string
 	Clusters []ClusterSpec
 	Events   []Event
-	// Shapes is each deployment's replica shape, for the physical limit.
+	// Shapes is each deployment's replica shape, for the bounds.
 	Shapes map[string]Shape
 	Rounds int
+	// Tick is the simulated time between rounds; zero means 10s.
+	Tick time.Duration
 	// AgentStopsAfter, when positive, silences the agent mid-run.
 	AgentStopsAfter time.Duration
+	// Skipped says what a trace left out, for the report.
+	Skipped string
+	// ImageSize is the size of the serving image nodes pull: zero means
+	// DefaultImageSize, negative an image too small to score (0 bytes).
+	ImageSize int64
+	// ImagePull is how long a node takes to hold a bound pod's image:
+	// zero means DefaultImagePull, negative at once.
+	ImagePull time.Duration
 }
 
 // FinalDemand is each deployment's wanted replicas after the last event.
 func (sc Scenario) FinalDemand() map[string]int64 {
 	out := map[string]int64{}
 	for _, e := range sc.Events {
+		if e.Delete {
+			delete(out, e.Name)
+			continue
+		}
 		out[e.Name] = e.Replicas
 	}
 	return out
@@ -73,31 +117,86 @@ func (sc Scenario) Config(m Mode, b Binder, rec Reconciler) Config {
 	if a.Enabled && sc.AgentStopsAfter > 0 {
 		a.StopAfter = sc.AgentStopsAfter
 	}
-	return Config{Clusters: sc.Clusters, Events: sc.Events, Rounds: sc.Rounds, Agent: a, Binder: b, Seed: 1, Reconciler: rec}
-}
-
-// AssumedBinding is the assumedBinding that matches a binder.
-func AssumedBinding(b Binder) scheduling.Binding {
-	if b == MostAllocated {
-		return scheduling.LeastFree
+	size := sc.ImageSize
+	switch {
+	case size == 0:
+		size = DefaultImageSize
+	case size < 0:
+		size = 0
 	}
-	return scheduling.MostFree
+	pull := sc.ImagePull
+	switch {
+	case pull == 0:
+		pull = DefaultImagePull
+	case pull < 0:
+		pull = 0
+	}
+	return Config{Clusters: sc.Clusters, Events: sc.Events, Rounds: sc.Rounds, Tick: sc.Tick, Agent: a, Binder: b, Seed: 1, Reconciler: rec, Image: DefaultImage, ImageSize: size, ImagePull: pull}
 }
 
 // Pools of the scenarios: 8 nodes each, two per cluster, four clusters.
+// The nodes are AWS's g6.12xlarge (4 L4, 48 vCPU, 192 GiB) and
+// p5.48xlarge (8 H100, 192 vCPU, 2 TiB), less what the kubelet reserves.
 func l4Pools() []PoolSpec {
-	return []PoolSpec{{Name: "l4-a", Nodes: 8, GPUsPerNode: 4, Memory: "24Gi"}, {Name: "l4-b", Nodes: 8, GPUsPerNode: 4, Memory: "24Gi"}}
+	return []PoolSpec{
+		{Name: "l4-a", Nodes: 8, GPUsPerNode: 4, Memory: "24Gi", Model: "L4", CPU: "47", NodeMemory: "180Gi"},
+		{Name: "l4-b", Nodes: 8, GPUsPerNode: 4, Memory: "24Gi", Model: "L4", CPU: "47", NodeMemory: "180Gi"},
+	}
 }
 
 func h100Pools() []PoolSpec {
-	return []PoolSpec{{Name: "h100-a", Nodes: 8, GPUsPerNode: 8, Memory: "80Gi"}, {Name: "h100-b", Nodes: 8, GPUsPerNode: 8, Memory: "80Gi"}}
+	return []PoolSpec{
+		{Name: "h100-a", Nodes: 8, GPUsPerNode: 8, Memory: "80Gi", Model: "H100", CPU: "190", NodeMemory: "1980Gi"},
+		{Name: "h100-b", Nodes: 8, GPUsPerNode: 8, Memory: "80Gi", Model: "H100", CPU: "190", NodeMemory: "1980Gi"},
+	}
 }
 
 // AtLeast20Gi selects a GPU with 20Gi of memory or more (an L4 has 24Gi).
 const AtLeast20Gi = `device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("20Gi")) >= 0`
 
+// Template is a serving pod template of DefaultImage requesting cpu and
+// memory for a pod of that many GPUs: 2 cores and 8Gi, plus 2 cores and
+// 24Gi per GPU, an assumed sizing (vLLM needs host memory for the weights
+// it loads and some cores per GPU worker; clusters size it their way).
+func Template(gpus int64) json.RawMessage {
+	return templateWith(fmt.Sprint(2+2*gpus), fmt.Sprintf("%dGi", 8+24*gpus))
+}
+
+// templateWith is a pod template of DefaultImage requesting the cpu and
+// memory.
+func templateWith(cpu, memory string) json.RawMessage {
+	t := map[string]any{"spec": map[string]any{"containers": []any{map[string]any{
+		"name": "engine", "image": DefaultImage,
+		"resources": map[string]any{"requests": map[string]any{"cpu": cpu, "memory": memory}},
+	}}}}
+	b, err := json.Marshal(t)
+	if err != nil {
+		panic(err) // A map of strings marshals.
+	}
+	return b
+}
+
+// withTemplates gives every member of a deployment Template for the GPUs
+// it claims.
+func withTemplates(d *v1alpha1.ModelDeployment) *v1alpha1.ModelDeployment {
+	for ei := range d.Spec.Template.Spec.Engines {
+		e := &d.Spec.Template.Spec.Engines[ei]
+		for mi := range e.Members {
+			m := &e.Members[mi]
+			var gpus int64
+			if m.NodeSelector != nil {
+				for _, r := range m.NodeSelector.Devices {
+					gpus += *r.Count
+				}
+			}
+			m.Template = Template(gpus)
+		}
+	}
+	return d
+}
+
 func standalone(gpus int64, cel string) *v1alpha1.ModelDeployment {
-	return fixture.Deployment("x").Engines(fixture.Standalone("main", fixture.Request(DeviceName, gpus, cel))).Obj()
+	return withTemplates(fixture.Deployment("x").Engines(fixture.Standalone("main", fixture.Request(DeviceName, gpus, cel))).Obj())
 }
 
 // uniform is six deployments of one shape arriving 30s apart, the first
@@ -113,17 +212,18 @@ func uniform(name, summary string, pools []PoolSpec, tmpl *v1alpha1.ModelDeploym
 	return sc
 }
 
-// Scenarios are the named workloads, in report order.
+// Scenarios are the named workloads, in report order. The large fleet
+// (Large) is apart: it takes minutes.
 func Scenarios() []Scenario {
 	gpu1 := standalone(1, AtLeast20Gi)
 	gpu4 := standalone(4, fixture.MemAtLeast80Gi)
-	pd := fixture.Deployment("x").Engines(
+	pd := withTemplates(fixture.Deployment("x").Engines(
 		fixture.Phase(fixture.Standalone("prefill", fixture.GPURequest(4)), "Prefill"),
 		fixture.Phase(fixture.Standalone("decode", fixture.GPURequest(4)), "Decode"),
-	).Obj()
-	gang := fixture.Deployment("x").Engines(fixture.Gang("main", 1, fixture.GPURequest(8))).Obj()
+	).Obj())
+	gang := withTemplates(fixture.Deployment("x").Engines(fixture.Gang("main", 1, fixture.GPURequest(8))).Obj())
 
-	out := []Scenario{
+	return []Scenario{
 		uniform("l4-1gpu", "1-GPU replicas on pools of 4xL4 nodes", l4Pools(), gpu1, Shape{1, 1, 1, false}, 56),
 		uniform("h100-4gpu", "4-GPU replicas on 8xH100 nodes", h100Pools(), gpu4, Shape{1, 1, 4, false}, 28),
 		uniform("h100-pd", "prefill+decode replicas of 4+4 GPUs (two Standalone engines) on 8xH100", h100Pools(), pd, Shape{2, 1, 4, false}, 14),
@@ -131,7 +231,6 @@ func Scenarios() []Scenario {
 		mixed(),
 		silent(gpu1),
 	}
-	return out
 }
 
 // mixed is ten deployments of 25 replicas, five of 1 GPU, two of 2, two of
@@ -144,8 +243,7 @@ func mixed() Scenario {
 	sc := Scenario{Name: "h100-mixed", Summary: "1/2/4/8-GPU replicas (50/20/20/10% of replicas, assumed) on 8xH100", Clusters: Fleet(4, h100Pools()...), Shapes: map[string]Shape{}, Rounds: 90}
 	for i, g := range []int64{1, 2, 4, 1, 8, 1, 2, 4, 1, 1} {
 		n := fmt.Sprintf("h100-mixed-%d-%dgpu", i, g)
-		sel := fixture.MemAtLeast80Gi
-		sc.Events = append(sc.Events, Event{Round: 3 * i, Name: n, Replicas: 25, Deployment: standalone(g, sel)})
+		sc.Events = append(sc.Events, Event{Round: 3 * i, Name: n, Replicas: 25, Deployment: standalone(g, fixture.MemAtLeast80Gi)})
 		sc.Shapes[n] = Shape{1, 1, g, false}
 	}
 	sc.Events = append(sc.Events, Event{Round: 33, Name: "h100-mixed-0-1gpu", Replicas: 12})
@@ -161,6 +259,38 @@ func silent(tmpl *v1alpha1.ModelDeployment) Scenario {
 		n := fmt.Sprintf("l4-agent-silent-%d", i)
 		sc.Events = append(sc.Events, Event{Round: round, Name: n, Replicas: 80, Deployment: tmpl})
 		sc.Shapes[n] = Shape{1, 1, 1, false}
+	}
+	return sc
+}
+
+// Large is the fleet of 100 clusters of 8 pools of 32 8-GPU nodes (204,800
+// GPUs) with churn: 360 deployments of 1, 2, 4 and 8 GPUs per replica (50,
+// 20, 20 and 10% of them, as mixed), twelve arriving every round for the
+// first 30 rounds, each wanting 20 to 700 replicas and leaving after 15 to
+// 45 rounds (a third halving on the way). Demand peaks at about 1.3 times
+// the fleet.
+func Large() Scenario {
+	pools := make([]PoolSpec, 0, 8)
+	for i := range 8 {
+		pools = append(pools, PoolSpec{Name: fmt.Sprintf("h100-%d", i), Nodes: 32, GPUsPerNode: 8, Memory: "80Gi", Model: "H100", CPU: "190", NodeMemory: "1980Gi"})
+	}
+	sc := Scenario{Name: "large-churn", Summary: "100 clusters x 8 pools x 32 8xH100 nodes; deployments of 1-8 GPUs per replica arrive and leave", Clusters: Fleet(100, pools...), Shapes: map[string]Shape{}, Rounds: 60}
+	rng := rand.New(rand.NewPCG(11, 11)) //nolint:gosec // A reproducible workload, not security.
+	sizes := []int64{1, 1, 1, 1, 1, 2, 2, 4, 4, 8}
+	for i := range 360 {
+		round := i / 12
+		g := sizes[rng.IntN(len(sizes))]
+		n := fmt.Sprintf("large-%03d-%dgpu", i, g)
+		replicas := int64(20 + rng.IntN(681))
+		sc.Events = append(sc.Events, Event{Round: round, Name: n, Replicas: replicas, Deployment: standalone(g, fixture.MemAtLeast80Gi)})
+		sc.Shapes[n] = Shape{1, 1, g, false}
+		life := 15 + rng.IntN(31)
+		if rng.IntN(3) == 0 {
+			sc.Events = append(sc.Events, Event{Round: round + life/2, Name: n, Replicas: replicas / 2})
+		}
+		if end := round + life; end < sc.Rounds {
+			sc.Events = append(sc.Events, Event{Round: end, Name: n, Delete: true})
+		}
 	}
 	return sc
 }

@@ -2,11 +2,15 @@ package sim
 
 import (
 	"cmp"
+	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"time"
 
+	"github.com/modelplaneai/fleet-scheduler/agent"
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 )
@@ -25,12 +29,14 @@ type Agent struct {
 }
 
 // Event changes the demand at the start of a round: a deployment arrives
-// (Deployment set) or an existing one scales to Replicas.
+// (Deployment set), an existing one scales to Replicas, or one is deleted
+// with its replicas (Delete).
 type Event struct {
 	Round      int
 	Name       string
 	Replicas   int64
 	Deployment *v1alpha1.ModelDeployment
+	Delete     bool
 }
 
 // Config is one simulation run.
@@ -44,14 +50,40 @@ type Config struct {
 	Binder     Binder
 	Seed       uint64
 	Reconciler Reconciler
+	// Image is the serving image every node pulls when it runs a replica,
+	// and ImageSize its size; empty means DefaultImage of
+	// DefaultImageSize.
+	Image     string
+	ImageSize int64
+	// ImagePull is how long after a pod binds its node holds its image
+	// (pulled and reported in the node's status); zero means at once.
+	ImagePull time.Duration
+	// ReconcileAll reconciles every deployment every round, settled or
+	// not (the equivalence test of the skip).
+	ReconcileAll bool
 }
+
+// The serving image of the scenarios' pod templates, and its size (the
+// vLLM OpenAI server image is about 8 GiB).
+const (
+	DefaultImage           = "vllm/vllm-openai:v0.11.0"
+	DefaultImageSize int64 = 8 << 30
+	// DefaultImagePull is how long a node takes to pull that image and
+	// report it: about a minute to pull 8 GiB at 1 Gbit/s, then the
+	// kubelet's next status update. An assumption.
+	DefaultImagePull = 2 * time.Minute
+)
 
 // Point is the fleet at the end of one round.
 type Point struct {
-	Round   int
-	GPUs    int64
-	Placed  int
-	Pending int
+	Round int
+	// GPUs are held by bound pods; DemandGPUs are what every wanted
+	// replica would claim.
+	GPUs, DemandGPUs int64
+	Placed, Wanted   int
+	Pending          int
+	// Reconciles is how many deployments were reconciled in the round.
+	Reconciles int
 }
 
 // Result is what a run measured.
@@ -64,16 +96,30 @@ type Result struct {
 	// GPUs is how many GPUs bound pods hold at the end.
 	GPUs      int64
 	FleetGPUs int64
-	// PendingMax and PendingEnd count pods the binder could not bind.
+	// PendingMax and PendingEnd count pods no node took; PendingSeconds
+	// sums, over the rounds, the pods Pending times the round's length.
 	PendingMax, PendingEnd int
-	// Reconciles is how many times a deployment was reconciled.
-	Reconciles int
+	PendingSeconds         float64
+	// Reconciles is how many times a deployment was reconciled, and
+	// ReconcilesToConverge how many of those came in the rounds from the
+	// last demand change through the last round that changed the fleet.
+	Reconciles, ReconcilesToConverge int
 	// LastDemand is the round of the last demand event; Settled the last
 	// round in which a replica was created or deleted or a pod bound.
 	LastDemand, Settled int
 	Series              []Point
 	// PlacedBy counts each deployment's ModelReplicas at the end.
 	PlacedBy map[string]int
+	// Stuck counts, by deployment, replicas left with pods Pending at the
+	// end, and StuckPods says for each such pod what it needs and what its
+	// pool has.
+	Stuck     map[string]int
+	StuckPods []string
+	// Binds says where claiming pods landed against each assumedBinding's
+	// prediction.
+	Binds Binds
+	// Wall is how long the simulation took to run.
+	Wall time.Duration
 }
 
 // RoundsToConverge counts the reconcile rounds from the last demand change
@@ -87,13 +133,51 @@ type state struct {
 	cfg         Config
 	clusters    []*simCluster
 	deployments map[string]*v1alpha1.ModelDeployment
-	replicas    []*replica
-	seq         int
-	rng         *rand.Rand
+	// settled are the deployments whose last reconcile changed nothing
+	// and placed all they want, every pod bound. Reconciling one again
+	// changes nothing until its demand does: it retains every replica (its
+	// clusters and pools never go away here), has none to re-place and
+	// fills nothing. Crossplane would still
+	// call the function on its poll interval; the simulator skips the
+	// no-op, which large fleets cannot afford.
+	settled  map[string]bool
+	replicas []*replica
+	seq      int
+	rng      *rand.Rand
+	binds    Binds
+	// pulls are the images nodes are pulling, oldest first.
+	pulls []pull
 }
+
+// pull is a node's pull of a pod's images, done at done.
+type pull struct {
+	cluster *simCluster
+	node    string
+	images  []string
+	done    time.Time
+}
+
+// Binds counts the claiming pods bound, and how many of them took a node
+// with as many GPUs free as the node each assumedBinding predicts.
+type Binds struct {
+	claiming, mostFree, leastFree int
+}
+
+// Claiming is how many claiming pods bound.
+func (b Binds) Claiming() int { return b.claiming }
+
+// MostFree is how many of them took a node with as many GPUs free as the
+// one MostFree predicts.
+func (b Binds) MostFree() int { return b.mostFree }
+
+// LeastFree is how many took a node with as many GPUs free as the one
+// LeastFree predicts. Where every fitting node has the same free, a pod
+// counts toward both.
+func (b Binds) LeastFree() int { return b.leastFree }
 
 // Run simulates the configured rounds.
 func Run(cfg Config) (*Result, error) {
+	began := time.Now()
 	if cfg.Reconciler == nil {
 		return nil, errors.New("cannot simulate without a reconciler")
 	}
@@ -101,51 +185,70 @@ func Run(cfg Config) (*Result, error) {
 		cfg.Tick = 10 * time.Second
 	}
 	if cfg.Binder == "" {
-		cfg.Binder = LeastAllocated
+		cfg.Binder = KubeDefault
 	}
-	s := newState(cfg)
+	if cfg.Image == "" {
+		cfg.Image, cfg.ImageSize = DefaultImage, DefaultImageSize
+	}
+	s, err := newState(cfg)
+	if err != nil {
+		return nil, err
+	}
 	res := &Result{FleetGPUs: FleetGPUs(cfg.Clusters)}
 	for _, e := range cfg.Events {
 		res.LastDemand = max(res.LastDemand, e.Round)
 	}
 	for round := range cfg.Rounds {
-		now := start().Add(time.Duration(round) * cfg.Tick)
-		s.demand(round)
-		s.publish(now)
-		changed, n, err := s.reconcile(now)
-		if err != nil {
+		if err := s.round(context.Background(), round, res); err != nil {
 			return nil, err
 		}
-		res.Reconciles += n
-		changed = s.bind(now.Add(time.Second)) || changed
-		s.sample(now, round)
-		if changed {
-			res.Settled = round
-		}
-		pt := s.point(round)
-		res.PendingMax = max(res.PendingMax, pt.Pending)
-		res.Series = append(res.Series, pt)
 	}
 	s.finish(res)
+	res.Wall = time.Since(began)
 	return res, nil
 }
 
-func newState(cfg Config) *state {
+// round runs one round and records it.
+func (s *state) round(ctx context.Context, round int, res *Result) error {
+	now := start().Add(time.Duration(round) * s.cfg.Tick)
+	s.demand(round)
+	s.pulled(now)
+	s.publish(now)
+	changed, n, err := s.reconcile(now)
+	if err != nil {
+		return err
+	}
+	res.Reconciles += n
+	bound, err := s.bind(ctx, now.Add(time.Second))
+	if err != nil {
+		return err
+	}
+	if err := s.sample(ctx, now, round); err != nil {
+		return err
+	}
+	if changed || bound {
+		res.Settled = round
+	}
+	pt := s.point(round)
+	pt.Reconciles = n
+	res.PendingMax = max(res.PendingMax, pt.Pending)
+	res.PendingSeconds += float64(pt.Pending) * s.cfg.Tick.Seconds()
+	res.Series = append(res.Series, pt)
+	return nil
+}
+
+func newState(cfg Config) (*state, error) {
 	// The binder's ties are broken at random, reproducibly from the seed.
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed)) //nolint:gosec // Simulated tie-breaking, not security.
-	s := &state{cfg: cfg, deployments: map[string]*v1alpha1.ModelDeployment{}, rng: rng}
-	for _, c := range cfg.Clusters {
-		sc := &simCluster{name: c.Name}
-		for _, p := range c.Pools {
-			sp := &simPool{spec: p}
-			for range p.Nodes {
-				sp.nodes = append(sp.nodes, &node{free: p.GPUsPerNode})
-			}
-			sc.pools = append(sc.pools, sp)
+	s := &state{cfg: cfg, deployments: map[string]*v1alpha1.ModelDeployment{}, settled: map[string]bool{}, rng: rng}
+	for _, spec := range cfg.Clusters {
+		c, err := newCluster(spec, cfg.Image, cfg.ImageSize)
+		if err != nil {
+			return nil, err
 		}
-		s.clusters = append(s.clusters, sc)
+		s.clusters = append(s.clusters, c)
 	}
-	return s
+	return s, nil
 }
 
 // point measures the fleet at the end of a round.
@@ -153,14 +256,47 @@ func (s *state) point(round int) Point {
 	pt := Point{Round: round, Placed: len(s.replicas)}
 	for _, r := range s.replicas {
 		for _, p := range r.pods {
-			if p.node == nil {
-				pt.Pending++
-			} else {
+			if p.bound() {
 				pt.GPUs += p.claim
+			} else {
+				pt.Pending++
 			}
 		}
 	}
+	for _, d := range s.deployments {
+		pt.Wanted += int(d.Spec.Replicas)
+		pt.DemandGPUs += d.Spec.Replicas * ReplicaGPUs(d)
+	}
 	return pt
+}
+
+// ReplicaGPUs is how many GPUs one replica of a deployment claims: per
+// engine, its copies times its members' pods times their requests.
+func ReplicaGPUs(d *v1alpha1.ModelDeployment) int64 {
+	var n int64
+	for _, e := range d.Spec.Template.Spec.Engines {
+		copies := int64(1)
+		if e.Copies != nil && *e.Copies > 0 {
+			copies = *e.Copies
+		}
+		for _, m := range e.Members {
+			pods := int64(1)
+			if m.Role == v1alpha1.RoleWorker && m.Worker != nil {
+				pods = m.Worker.Nodes
+			}
+			if m.NodeSelector == nil {
+				continue
+			}
+			for _, r := range m.NodeSelector.Devices {
+				count := int64(1)
+				if r.Count != nil {
+					count = *r.Count
+				}
+				n += copies * pods * count
+			}
+		}
+	}
+	return n
 }
 
 // finish fills in what the run ended with.
@@ -169,15 +305,29 @@ func (s *state) finish(res *Result) {
 		res.Wanted += int(d.Spec.Replicas)
 	}
 	res.Placed = len(s.replicas)
+	res.Binds = s.binds
 	res.PlacedBy = map[string]int{}
+	res.Stuck = map[string]int{}
 	for _, r := range s.replicas {
 		res.PlacedBy[r.deployment]++
 		if r.bound() {
 			res.Running++
+			continue
+		}
+		res.Stuck[r.deployment]++
+		for _, p := range r.pods {
+			if !p.bound() {
+				res.StuckPods = append(res.StuckPods, p.stuck())
+			}
 		}
 	}
 	if n := len(res.Series); n > 0 {
 		res.GPUs, res.PendingEnd = res.Series[n-1].GPUs, res.Series[n-1].Pending
+	}
+	for _, p := range res.Series {
+		if p.Round >= res.LastDemand && p.Round <= res.Settled {
+			res.ReconcilesToConverge += p.Reconciles
+		}
 	}
 }
 
@@ -186,17 +336,31 @@ func (s *state) demand(round int) {
 		if e.Round != round {
 			continue
 		}
-		if e.Deployment != nil {
+		delete(s.settled, e.Name)
+		switch {
+		case e.Delete:
+			delete(s.deployments, e.Name)
+		case e.Deployment != nil:
 			d := *e.Deployment
 			d.Metadata.Name = e.Name
 			d.Spec.Replicas = e.Replicas
 			s.deployments[e.Name] = &d
-			continue
-		}
-		if d := s.deployments[e.Name]; d != nil {
-			d.Spec.Replicas = e.Replicas
+		default:
+			if d := s.deployments[e.Name]; d != nil {
+				d.Spec.Replicas = e.Replicas
+			}
 		}
 	}
+}
+
+// pulled records on their nodes the images whose pulls are done by now.
+func (s *state) pulled(now time.Time) {
+	i := 0
+	for ; i < len(s.pulls) && !s.pulls[i].done.After(now); i++ {
+		p := s.pulls[i]
+		p.cluster.kube.Pulled(p.node, p.images...)
+	}
+	s.pulls = s.pulls[i:]
 }
 
 // publish puts each pool's newest sample whose lag has passed on its
@@ -213,41 +377,58 @@ func (s *state) publish(now time.Time) {
 }
 
 // sample lets the agent report every pool, five seconds into the round.
-func (s *state) sample(now time.Time, round int) {
+func (s *state) sample(ctx context.Context, now time.Time, round int) error {
 	a := s.cfg.Agent
 	if !a.Enabled {
-		return
+		return nil
 	}
 	elapsed := time.Duration(round) * s.cfg.Tick
 	if a.StopAfter > 0 && elapsed >= a.StopAfter {
-		return
+		return nil
 	}
 	if hb := max(a.Heartbeat, s.cfg.Tick); elapsed%hb != 0 {
-		return
+		return nil
 	}
 	at := now.Add(5 * time.Second)
 	for _, c := range s.clusters {
+		var view *agent.View
+		viewOf := func() agent.View {
+			if view == nil {
+				v := c.view(at)
+				view = &v
+			}
+			return *view
+		}
 		for _, p := range c.pools {
-			p.samples = append(p.samples, p.sample(at, at.Add(a.Lag)))
+			smp, err := p.sample(ctx, viewOf, at, at.Add(a.Lag))
+			if err != nil {
+				return err
+			}
+			p.samples = append(p.samples, smp)
 		}
 	}
+	return nil
 }
 
-// reconcile runs every deployment once, in name order, each seeing what the
-// ones before it created.
+// reconcile runs every deployment that may change once, in name order,
+// each seeing what the ones before it created, and deletes the replicas of
+// deployments that are gone.
 func (s *state) reconcile(now time.Time) (bool, int, error) {
+	changed, err := s.collect()
+	if err != nil {
+		return false, 0, err
+	}
 	clusters := make([]*v1alpha1.InferenceCluster, 0, len(s.clusters))
 	for _, c := range s.clusters {
 		clusters = append(clusters, c.object())
 	}
 	names := slices.Sorted(func(yield func(string) bool) {
 		for n := range s.deployments {
-			if !yield(n) {
+			if (s.cfg.ReconcileAll || !s.settled[n]) && !yield(n) {
 				return
 			}
 		}
 	})
-	changed := false
 	for _, name := range names {
 		dep := s.deployments[name]
 		objs := make([]*v1alpha1.ModelReplica, 0, len(s.replicas))
@@ -258,39 +439,115 @@ func (s *state) reconcile(now time.Time) (bool, int, error) {
 		if err != nil {
 			return false, 0, err
 		}
-		want := map[string]*v1alpha1.ModelReplica{}
-		for _, d := range desired {
-			want[d.Metadata.Name] = d
+		c, err := s.apply(name, desired, now)
+		if err != nil {
+			return false, 0, err
 		}
-		have := map[string]bool{}
-		s.replicas = slices.DeleteFunc(s.replicas, func(r *replica) bool {
-			if r.deployment != name {
-				return false
-			}
-			have[r.obj.Metadata.Name] = true
-			if want[r.obj.Metadata.Name] != nil {
-				return false
-			}
-			r.release()
-			changed = true
-			return true
-		})
-		for _, d := range desired {
-			if have[d.Metadata.Name] {
-				continue
-			}
-			c := s.cluster(d.Spec.ClusterName)
-			if c == nil {
-				continue
-			}
-			s.seq++
-			r := newReplica(c, d, name, s.seq)
-			setPodsScheduled(r)
-			s.replicas = append(s.replicas, r)
-			changed = true
-		}
+		changed = changed || c
+		s.settled[name] = !c && len(desired) == int(dep.Spec.Replicas) && s.bound(name)
 	}
 	return changed, len(names), nil
+}
+
+// collect deletes the replicas of deployments that no longer exist, as
+// Crossplane garbage-collects what a deleted XR composed.
+func (s *state) collect() (bool, error) {
+	var err error
+	changed := false
+	s.replicas = slices.DeleteFunc(s.replicas, func(r *replica) bool {
+		if s.deployments[r.deployment] != nil {
+			return false
+		}
+		err = errors.Join(err, r.release())
+		changed = true
+		return true
+	})
+	return changed, err
+}
+
+// apply makes a deployment's replicas the desired ones: deletes the rest,
+// creates the new with their pods, re-creates the pods of one the function
+// re-placed onto another pool (same name, new pins), and keeps the
+// annotations it writes.
+func (s *state) apply(name string, desired []*v1alpha1.ModelReplica, now time.Time) (bool, error) {
+	want := map[string]*v1alpha1.ModelReplica{}
+	for _, d := range desired {
+		want[d.Metadata.Name] = d
+	}
+	have := map[string]*replica{}
+	changed := false
+	var err error
+	s.replicas = slices.DeleteFunc(s.replicas, func(r *replica) bool {
+		if r.deployment != name {
+			return false
+		}
+		d := want[r.obj.Metadata.Name]
+		if d != nil && samePins(r.obj, d) {
+			have[r.obj.Metadata.Name] = r
+			return false
+		}
+		err = errors.Join(err, r.release())
+		changed = true
+		return true
+	})
+	if err != nil {
+		return false, err
+	}
+	for _, d := range desired {
+		if r := have[d.Metadata.Name]; r != nil {
+			if !maps.Equal(r.obj.Metadata.Annotations, d.Metadata.Annotations) {
+				obj := *r.obj
+				obj.Metadata.Annotations = d.Metadata.Annotations
+				r.obj = &obj
+				changed = true
+			}
+			continue
+		}
+		c := s.cluster(d.Spec.ClusterName)
+		if c == nil {
+			continue
+		}
+		s.seq++
+		r, err := newReplica(c, d, name, s.seq)
+		if err != nil {
+			return false, err
+		}
+		r.pendingSince = now
+		setPodsScheduled(r)
+		s.replicas = append(s.replicas, r)
+		changed = true
+	}
+	return changed, nil
+}
+
+// samePins reports whether two ModelReplicas pin the same members to the
+// same pools of the same cluster.
+func samePins(a, b *v1alpha1.ModelReplica) bool {
+	if a.Spec.ClusterName != b.Spec.ClusterName || len(a.Spec.Engines) != len(b.Spec.Engines) {
+		return false
+	}
+	for i, e := range a.Spec.Engines {
+		f := b.Spec.Engines[i]
+		if e.Name != f.Name || len(e.Members) != len(f.Members) {
+			return false
+		}
+		for j, m := range e.Members {
+			if m.NodePoolName != f.Members[j].NodePoolName {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// bound reports whether every replica of a deployment has its pods bound.
+func (s *state) bound(deployment string) bool {
+	for _, r := range s.replicas {
+		if r.deployment == deployment && !r.bound() {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *state) cluster(name string) *simCluster {
@@ -302,17 +559,31 @@ func (s *state) cluster(name string) *simCluster {
 	return nil
 }
 
-// bind offers every Pending pod to the binder, oldest replica first, and
-// marks replicas whose pods are now all bound PodsScheduled at t.
-func (s *state) bind(t time.Time) bool {
+// bind offers every Pending pod to the binder, oldest replica first (as
+// kube-scheduler's queue orders pods of one priority), and marks replicas
+// whose pods are now all bound PodsScheduled at t.
+func (s *state) bind(ctx context.Context, t time.Time) (bool, error) {
 	queue := slices.Clone(s.replicas)
 	slices.SortFunc(queue, func(a, b *replica) int { return cmp.Compare(a.seq, b.seq) })
 	changed := false
 	for _, r := range queue {
 		for _, p := range r.pods {
-			if p.node == nil && s.cfg.Binder.bind(p, s.rng) {
-				changed = true
+			if p.bound() {
+				continue
 			}
+			predict := s.predict(p)
+			ok, err := s.cfg.Binder.bind(ctx, p, s.rng)
+			if err != nil {
+				return false, fmt.Errorf("cannot bind a pod of replica %s: %w", r.obj.Metadata.Name, err)
+			}
+			if ok {
+				predict()
+				s.pulls = append(s.pulls, pull{cluster: r.cluster, node: p.kube.Node(), images: p.kube.Images(), done: t.Add(s.cfg.ImagePull)})
+				if s.cfg.ImagePull == 0 {
+					s.pulled(t)
+				}
+			}
+			changed = changed || ok
 		}
 		if r.scheduledAt == nil && r.bound() {
 			at := t
@@ -320,13 +591,49 @@ func (s *state) bind(t time.Time) bool {
 			setPodsScheduled(r)
 		}
 	}
-	return changed
+	return changed, nil
+}
+
+// predict notes, before a claiming pod binds, the free GPUs of the node
+// each assumedBinding would have it take (MostFree: the most free of the
+// nodes whose free GPUs cover its claim; LeastFree: the fewest), and
+// returns what records, once it bound, whether its node had that many.
+// Nodes are compared by free count, as the ledger groups them.
+func (s *state) predict(p *pod) func() {
+	if p.claim == 0 || p.pool == nil {
+		return func() {}
+	}
+	c := p.pool.cluster
+	free := make(map[string]int64, len(p.pool.nodes))
+	most, least := int64(-1), int64(-1)
+	for _, n := range p.pool.nodes {
+		f := c.freeGPUs(n)
+		free[n.Obj.Name] = f
+		if f < p.claim {
+			continue
+		}
+		most = max(most, f)
+		if least < 0 || f < least {
+			least = f
+		}
+	}
+	return func() {
+		f := free[p.kube.Node()]
+		s.binds.claiming++
+		if f == most {
+			s.binds.mostFree++
+		}
+		if f == least {
+			s.binds.leastFree++
+		}
+	}
 }
 
 // setPodsScheduled writes the replica's PodsScheduled condition as the
-// agent relays it: True since the last pod bound, else False.
+// agent relays it: True since the last pod bound, else False since the
+// replica's pods were created.
 func setPodsScheduled(r *replica) {
-	c := map[string]any{"type": observation.ConditionPodsScheduled, "status": "False", "reason": "PodsPending"}
+	c := map[string]any{"type": observation.ConditionPodsScheduled, "status": "False", "reason": "PodsPending", "lastTransitionTime": r.pendingSince.UTC().Format(time.RFC3339)}
 	if r.scheduledAt != nil {
 		c = map[string]any{"type": observation.ConditionPodsScheduled, "status": "True", "reason": "PodsBound", "lastTransitionTime": r.scheduledAt.UTC().Format(time.RFC3339)}
 	}

@@ -2,108 +2,121 @@ package sim
 
 import (
 	"bytes"
+	"context"
 	"encoding/xml"
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
-func testPool(free ...int64) *simPool {
-	p := &simPool{spec: PoolSpec{Name: "p", Nodes: len(free), GPUsPerNode: 8}}
-	for _, f := range free {
-		p.nodes = append(p.nodes, &node{free: f})
+// testCluster is one cluster of a pool "p" of nodes with 8 GPUs each.
+func testCluster(t *testing.T, nodes int) *simCluster {
+	t.Helper()
+	c, err := newCluster(ClusterSpec{Name: "c", Pools: []PoolSpec{{Name: "p", Nodes: nodes, GPUsPerNode: 8, Memory: "80Gi"}}}, DefaultImage, DefaultImageSize)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return p
+	return c
 }
 
-func TestBinder(t *testing.T) {
+// testReplica is a replica on pool "p" of one engine of the member
+// shape: a Standalone of gpus, or a gang of a Leader and workers Workers.
+func testReplica(t *testing.T, c *simCluster, seq int, gpus int64, workers int64) *replica {
+	t.Helper()
+	e := fixture.PinnedStandalone("main", "p", fixture.Stamped(gpus))
+	if workers > 0 {
+		e = fixture.PinnedGang("main", "p", workers, fixture.Stamped(gpus))
+	}
+	for i := range e.Members {
+		e.Members[i].Template = Template(gpus)
+	}
+	obj := fixture.Replica("d", "c", seq).Engines(e).Obj()
+	r, err := newReplica(c, obj, "d", seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestGPURankedBinders(t *testing.T) {
 	cases := []struct {
 		reason string
 		binder Binder
-		free   []int64
-		pods   []pod
-		// want is each node's free GPUs after binding, and bound whether
-		// each pod bound.
-		want  []int64
-		bound []bool
+		// taken is each node's GPUs held by a pod already bound there.
+		taken []int64
+		gpus  int64
+		// want is each node's free GPUs after binding.
+		want []int64
 	}{
-		{
-			reason: "Least-allocated binds to the node with the most free.",
-			binder: LeastAllocated, free: []int64{2, 8, 4},
-			pods: []pod{{claim: 2}}, want: []int64{2, 6, 4}, bound: []bool{true},
-		},
-		{
-			reason: "Most-allocated binds to the fitting node with the fewest free.",
-			binder: MostAllocated, free: []int64{1, 8, 4},
-			pods: []pod{{claim: 2}}, want: []int64{1, 8, 2}, bound: []bool{true},
-		},
-		{
-			reason: "A pod no node fits stays Pending.",
-			binder: LeastAllocated, free: []int64{2, 3},
-			pods: []pod{{claim: 4}}, want: []int64{2, 3}, bound: []bool{false},
-		},
-		{
-			reason: "The claiming pods of one gang take distinct nodes, even when one node could hold both.",
-			binder: MostAllocated, free: []int64{8, 4},
-			pods: []pod{{claim: 4, gang: "g"}, {claim: 4, gang: "g"}}, want: []int64{4, 0}, bound: []bool{true, true},
-		},
-		{
-			reason: "A gang's second pod stays Pending when only the node its first took fits it.",
-			binder: LeastAllocated, free: []int64{8, 2},
-			pods: []pod{{claim: 4, gang: "g"}, {claim: 4, gang: "g"}}, want: []int64{4, 2}, bound: []bool{true, false},
-		},
-		{
-			reason: "A claimless pod binds without taking a device.",
-			binder: LeastAllocated, free: []int64{0},
-			pods: []pod{{claim: 0}}, want: []int64{0}, bound: []bool{true},
-		},
+		{reason: "gpu-most-free binds to the node with the most GPUs free.", binder: GPUMostFree, taken: []int64{6, 0, 4}, gpus: 2, want: []int64{2, 6, 4}},
+		{reason: "gpu-least-free binds to the fitting node with the fewest GPUs free.", binder: GPULeastFree, taken: []int64{7, 0, 4}, gpus: 2, want: []int64{1, 8, 2}},
+		{reason: "A pod no node fits stays Pending.", binder: GPUMostFree, taken: []int64{6, 5}, gpus: 4, want: []int64{2, 3}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.reason, func(t *testing.T) {
-			p := testPool(tc.free...)
+			c := testCluster(t, len(tc.taken))
 			rng := rand.New(rand.NewPCG(1, 2))
-			var bound []bool
-			for i := range tc.pods {
-				pd := tc.pods[i]
-				pd.pool = p
-				bound = append(bound, tc.binder.bind(&pd, rng))
+			for i, n := range tc.taken {
+				if n == 0 {
+					continue
+				}
+				r := testReplica(t, c, 100+i, n, 0)
+				// Pin the filler to its node, then bind it there.
+				r.pods[0].kube.Obj.Spec.NodeSelector[corev1.LabelHostname] = c.pools[0].nodes[i].Obj.Name
+				if ok, err := GPUMostFree.bind(context.Background(), r.pods[0], rng); err != nil || !ok {
+					t.Fatalf("filler did not bind: %v", err)
+				}
+			}
+			r := testReplica(t, c, 1, tc.gpus, 0)
+			if _, err := tc.binder.bind(context.Background(), r.pods[0], rng); err != nil {
+				t.Fatal(err)
 			}
 			var free []int64
-			for _, n := range p.nodes {
-				free = append(free, n.free)
+			for _, n := range c.pools[0].nodes {
+				free = append(free, c.freeGPUs(n))
 			}
 			if diff := cmp.Diff(tc.want, free); diff != "" {
 				t.Errorf("free GPUs after binding: -want, +got:\n%s", diff)
-			}
-			if diff := cmp.Diff(tc.bound, bound); diff != "" {
-				t.Errorf("bound: -want, +got:\n%s", diff)
 			}
 		})
 	}
 }
 
-func TestRandomBinderOnlyBindsWhereThePodFits(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 7))
-	for range 100 {
-		p := testPool(1, 8, 3, 0)
-		pd := &pod{pool: p, claim: 3}
-		if !Random.bind(pd, rng) {
-			t.Fatal("a 3-GPU pod did not bind where two nodes fit it")
-		}
-		if pd.node != p.nodes[1] && pd.node != p.nodes[2] {
-			t.Fatalf("bound to a node with %d free, want one with 3 or more", pd.node.free+3)
-		}
+func TestGangPodsTakeDistinctNodes(t *testing.T) {
+	for _, b := range Binders() {
+		t.Run(string(b), func(t *testing.T) {
+			// Two nodes: a gang of three 4-GPU pods fits two, and the third
+			// stays Pending although a node has 4 GPUs free.
+			c := testCluster(t, 2)
+			r := testReplica(t, c, 1, 4, 2)
+			rng := rand.New(rand.NewPCG(3, 4))
+			var bound []string
+			for _, p := range r.pods {
+				if _, err := b.bind(context.Background(), p, rng); err != nil {
+					t.Fatal(err)
+				}
+				bound = append(bound, p.kube.Node())
+			}
+			if bound[0] == "" || bound[1] == "" || bound[0] == bound[1] || bound[2] != "" {
+				t.Errorf("gang of 3 on 2 nodes bound to %q, want two distinct nodes and the third Pending", bound)
+			}
+		})
 	}
 }
 
 func tinyScenario(shape Shape, tmplGPUs int64, replicas int64) Scenario {
 	pools := []PoolSpec{{Name: "a", Nodes: 3, GPUsPerNode: 4, Memory: "80Gi"}, {Name: "b", Nodes: 2, GPUsPerNode: 4, Memory: "80Gi"}}
-	d := fixture.Deployment("x").Engines(fixture.Standalone("main", fixture.GPURequest(tmplGPUs))).Obj()
+	d := withTemplates(fixture.Deployment("x").Engines(fixture.Standalone("main", fixture.GPURequest(tmplGPUs))).Obj())
 	return Scenario{
 		Name: "tiny", Clusters: Fleet(2, pools...), Rounds: 20, Shapes: map[string]Shape{"d0": shape, "d1": shape},
 		Events: []Event{{Round: 0, Name: "d0", Replicas: replicas, Deployment: d}, {Round: 2, Name: "d1", Replicas: replicas, Deployment: d}},
@@ -112,30 +125,29 @@ func tinyScenario(shape Shape, tmplGPUs int64, replicas int64) Scenario {
 
 func TestRunReachesTheLimitWithAFreshAgent(t *testing.T) {
 	sc := tinyScenario(Shape{1, 1, 1, false}, 1, 30)
-	limit := PhysicalLimit(sc)
-	if limit.Replicas != 40 || limit.GPUs != 40 || !limit.Exact {
-		t.Fatalf("PhysicalLimit(...) = %+v, want 40 replicas and 40 GPUs, exact", limit)
+	b := Limit(sc)
+	if b.Replicas != 40 || b.GPUs != 40 || !b.Exact {
+		t.Fatalf("Limit(...) = %+v, want 40 replicas and 40 GPUs, exact", b)
 	}
 	cases := map[string]struct {
-		mode    Mode
-		placed  int
-		pending int
+		mode   Mode
+		placed int
 	}{
 		"Whole-node accounting places one 1-GPU replica per 4-GPU node.": {mode: WholeNode(), placed: 10},
 		"A fresh agent lets the fleet fill every GPU.":                   {mode: Fresh(), placed: 40},
-		"A lagging agent also fills every GPU, and overcommits nothing.": {mode: Lagging(), placed: 40},
+		"A lagging agent also fills every GPU, and overcommits nothing.": {mode: Lagging().Assuming(scheduling.LeastFree), placed: 40},
 	}
 	for reason, tc := range cases {
 		t.Run(reason, func(t *testing.T) {
-			res, err := Run(sc.Config(tc.mode, LeastAllocated, Direct{}))
+			res, err := Run(sc.Config(tc.mode, KubeDefault, Direct{Binding: tc.mode.Binding}))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if res.Placed != tc.placed || res.Running != tc.placed || res.GPUs != int64(tc.placed) {
 				t.Errorf("placed %d, running %d, %d GPUs; want %d of each", res.Placed, res.Running, res.GPUs, tc.placed)
 			}
-			if res.PendingMax != 0 {
-				t.Errorf("%d pods were left Pending, want none", res.PendingMax)
+			if res.PendingMax != 0 || res.PendingSeconds != 0 {
+				t.Errorf("%d pods were left Pending (%.0f pod-seconds), want none", res.PendingMax, res.PendingSeconds)
 			}
 			if res.Wanted != 60 || len(res.Series) != sc.Rounds {
 				t.Errorf("wanted %d over %d rounds, want 60 over %d", res.Wanted, len(res.Series), sc.Rounds)
@@ -144,11 +156,120 @@ func TestRunReachesTheLimitWithAFreshAgent(t *testing.T) {
 	}
 }
 
+// TestSkippingSettledDeploymentsChangesNothing runs scenarios with the
+// deployments that placed all they want and changed nothing left out of
+// later rounds, and with every deployment reconciled every round, and
+// wants the same fleet round by round.
+func TestSkippingSettledDeploymentsChangesNothing(t *testing.T) {
+	sc := tinyScenario(Shape{1, 1, 2, false}, 2, 12)
+	sc.Events = append(sc.Events, Event{Round: 8, Name: "d0", Replicas: 4}, Event{Round: 12, Name: "d1", Delete: true})
+	for _, m := range []Mode{WholeNode(), Fresh(), Lagging()} {
+		cfg := sc.Config(m, KubeDefault, Direct{Binding: m.Binding})
+		skip, err := Run(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ReconcileAll = true
+		all, err := Run(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fleet := func(ps []Point) []Point {
+			out := slices.Clone(ps)
+			for i := range out {
+				out[i].Reconciles = 0
+			}
+			return out
+		}
+		if diff := cmp.Diff(fleet(all.Series), fleet(skip.Series)); diff != "" {
+			t.Errorf("%s: the fleet differs when settled deployments are skipped: -all, +skipping:\n%s", m.Name, diff)
+		}
+		if skip.Reconciles >= all.Reconciles {
+			t.Errorf("%s: %d reconciles skipping settled deployments, %d without: nothing was skipped", m.Name, skip.Reconciles, all.Reconciles)
+		}
+	}
+}
+
+// TestRunNeverOvercommits steps a random scenario of gangs and single pods
+// under every binder and checks after every round that no node holds more
+// GPUs, cpu or memory than it has and no two pods of a gang share a node.
+func TestRunNeverOvercommits(t *testing.T) {
+	for seed := range uint64(6) {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		pools := []PoolSpec{{Name: "a", Nodes: 4, GPUsPerNode: 8, Memory: "80Gi", CPU: "40", NodeMemory: "300Gi"}, {Name: "b", Nodes: 3, GPUsPerNode: 4, Memory: "80Gi"}}
+		sc := Scenario{Name: "random", Clusters: Fleet(2, pools...), Rounds: 25, Shapes: map[string]Shape{}}
+		for i := range 8 {
+			g := []int64{1, 2, 4, 8}[rng.IntN(4)]
+			e := fixture.Standalone("main", fixture.GPURequest(g))
+			if rng.IntN(3) == 0 {
+				e = fixture.Gang("main", int64(1+rng.IntN(3)), fixture.GPURequest(min(g, 4)))
+			}
+			d := withTemplates(fixture.Deployment("x").Engines(e).Obj())
+			sc.Events = append(sc.Events, Event{Round: rng.IntN(10), Name: fmt.Sprintf("d%d", i), Replicas: int64(1 + rng.IntN(6)), Deployment: d})
+		}
+		b := Binders()[seed%uint64(len(Binders()))]
+		m := Modes()[seed%uint64(len(Modes()))]
+		cfg := sc.Config(m, b, Direct{Binding: m.Binding})
+		cfg.Tick, cfg.Image, cfg.ImageSize = 10*time.Second, DefaultImage, DefaultImageSize
+		s, err := newState(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := &Result{}
+		for round := range cfg.Rounds {
+			if err := s.round(context.Background(), round, res); err != nil {
+				t.Fatal(err)
+			}
+			if err := checkFleet(s); err != nil {
+				t.Fatalf("seed %d (%s, %s), round %d: %v", seed, b, m.Name, round, err)
+			}
+		}
+		if res.Series[len(res.Series)-1].GPUs == 0 {
+			t.Errorf("seed %d: nothing bound", seed)
+		}
+	}
+}
+
+func checkFleet(s *state) error {
+	for _, c := range s.clusters {
+		for _, n := range c.kube.Nodes() {
+			var gpus, cpu, mem int64
+			gangs := map[string]bool{}
+			for _, p := range n.Pods {
+				for _, rc := range p.Claims {
+					gpus += int64(len(rc.Status.Allocation.Devices.Results))
+				}
+				for _, ctr := range p.Obj.Spec.Containers {
+					cpu += ctr.Resources.Requests.Cpu().MilliValue()
+					mem += ctr.Resources.Requests.Memory().Value()
+				}
+				if g := p.Obj.Labels[labelGang]; g != "" {
+					if gangs[g] {
+						return fmt.Errorf("node %s holds two pods of gang %s", n.Obj.Name, g)
+					}
+					gangs[g] = true
+				}
+			}
+			devices := 0
+			for _, sl := range n.Slices {
+				devices += len(sl.Spec.Devices)
+			}
+			if gpus > int64(devices) || gpus+c.freeGPUs(n) != int64(devices) {
+				return fmt.Errorf("node %s: %d GPUs held and %d free of %d", n.Obj.Name, gpus, c.freeGPUs(n), devices)
+			}
+			if cpu > n.Obj.Status.Allocatable.Cpu().MilliValue() || mem > n.Obj.Status.Allocatable.Memory().Value() {
+				return fmt.Errorf("node %s: %dm cpu and %d memory requested, more than allocatable", n.Obj.Name, cpu, mem)
+			}
+		}
+	}
+	return nil
+}
+
 func TestAgent(t *testing.T) {
 	sc := tinyScenario(Shape{1, 1, 1, false}, 1, 1)
-	s := &state{cfg: sc.Config(Mode{Agent: Agent{Enabled: true, Heartbeat: 20 * time.Second, Lag: 30 * time.Second, StopAfter: 40 * time.Second}}, LeastAllocated, Direct{})}
-	s.cfg.Tick = 10 * time.Second
-	s.clusters = []*simCluster{{name: "c", pools: []*simPool{testPool(8, 8)}}}
+	cfg := sc.Config(Mode{Agent: Agent{Enabled: true, Heartbeat: 20 * time.Second, Lag: 30 * time.Second, StopAfter: 40 * time.Second}}, KubeDefault, Direct{})
+	cfg.Tick = 10 * time.Second
+	s := &state{cfg: cfg, clusters: []*simCluster{testCluster(t, 2)}}
 	p := s.clusters[0].pools[0]
 	var publishedAt []string
 	for round := range 10 {
@@ -156,10 +277,12 @@ func TestAgent(t *testing.T) {
 		s.publish(now)
 		at := "-"
 		if p.published != nil {
-			at = p.published.observedAt.Sub(start()).String()
+			at = p.published.report.ObservedAt.Sub(start()).String()
 		}
 		publishedAt = append(publishedAt, at)
-		s.sample(now, round)
+		if err := s.sample(context.Background(), now, round); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// Samples at 5s and 25s (every 20s, until the agent stops at 40s),
 	// each visible 30s later.
@@ -174,21 +297,23 @@ func TestAgent(t *testing.T) {
 	}
 }
 
-func TestPhysicalLimitOfTheScenarios(t *testing.T) {
-	want := map[string]Limit{
-		"l4-1gpu":         {Replicas: 256, GPUs: 256, Exact: true},
-		"h100-4gpu":       {Replicas: 128, GPUs: 512, Exact: true},
-		"h100-pd":         {Replicas: 64, GPUs: 512, Exact: true},
-		"h100-gang":       {Replicas: 32, GPUs: 512, Exact: true},
-		"h100-mixed":      {Replicas: 137, GPUs: 512, Exact: true},
-		"l4-agent-silent": {Replicas: 256, GPUs: 256, Exact: true},
+func TestLimitOfTheScenarios(t *testing.T) {
+	want := map[string]Bounds{
+		"l4-1gpu":   {Replicas: 256, GPUs: 256, Exact: true, Fit: 256, PerReplica: 1},
+		"h100-4gpu": {Replicas: 128, GPUs: 512, Exact: true, Fit: 128, PerReplica: 4},
+		"h100-pd":   {Replicas: 64, GPUs: 512, Exact: true, Fit: 64, PerReplica: 8},
+		"h100-gang": {Replicas: 32, GPUs: 512, Exact: true, Fit: 32, PerReplica: 16},
+		// 112 1-GPU, 50 2-GPU, 50 4-GPU and 12 of the 25 8-GPU replicas
+		// claim 508 of the 512 GPUs; all 612 GPUs wanted do not fit.
+		"h100-mixed":      {Replicas: 224, GPUs: 512, Exact: true},
+		"l4-agent-silent": {Replicas: 256, GPUs: 256, Exact: true, Fit: 256, PerReplica: 1},
 	}
-	got := map[string]Limit{}
+	got := map[string]Bounds{}
 	for _, sc := range Scenarios() {
-		got[sc.Name] = PhysicalLimit(sc)
+		got[sc.Name] = Limit(sc)
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("PhysicalLimit: -want, +got:\n%s", diff)
+		t.Errorf("Limit: -want, +got:\n%s", diff)
 	}
 }
 
@@ -196,11 +321,11 @@ func TestReport(t *testing.T) {
 	sc := tinyScenario(Shape{1, 1, 4, false}, 4, 3)
 	var rows []Row
 	for _, m := range Modes() {
-		res, err := Run(sc.Config(m, LeastAllocated, Direct{}))
+		res, err := Run(sc.Config(m, KubeDefault, Direct{Binding: m.Binding}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		rows = append(rows, Row{Scenario: sc, Mode: m, Binder: LeastAllocated, Result: res, Limit: PhysicalLimit(sc)})
+		rows = append(rows, Row{Scenario: sc, Mode: m, Binder: KubeDefault, Result: res, Bounds: Limit(sc)})
 	}
 	var table, svg bytes.Buffer
 	if err := WriteTable(&table, rows); err != nil {
@@ -209,7 +334,7 @@ func TestReport(t *testing.T) {
 	if lines := strings.Count(table.String(), "\n"); lines != 2+len(rows) {
 		t.Errorf("table has %d lines, want a header, a rule and %d rows:\n%s", lines, len(rows), table.String())
 	}
-	if err := WriteChart(&svg, rows, 10*time.Second); err != nil {
+	if err := WriteChart(&svg, rows); err != nil {
 		t.Fatal(err)
 	}
 	d := xml.NewDecoder(&svg)
@@ -226,7 +351,177 @@ func TestReport(t *testing.T) {
 			polylines++
 		}
 	}
-	if polylines != len(rows) {
-		t.Errorf("chart has %d lines, want one per mode (%d)", polylines, len(rows))
+	if polylines != len(rows)+1 {
+		t.Errorf("chart has %d lines, want one per mode (%d) and the bound", polylines, len(rows))
+	}
+}
+
+func TestStatsAtThePeak(t *testing.T) {
+	// Demand of 10 GPUs from round 1 to 2, then 4; the fleet holds 8.
+	res := &Result{FleetGPUs: 8, Series: []Point{
+		{Round: 0, GPUs: 0, DemandGPUs: 4, Wanted: 4},
+		{Round: 1, GPUs: 4, DemandGPUs: 10, Wanted: 10},
+		{Round: 2, GPUs: 6, DemandGPUs: 10, Wanted: 10},
+		{Round: 3, GPUs: 4, DemandGPUs: 4, Wanted: 4},
+	}}
+	got := Row{Result: res, Bounds: Bounds{}}.Stats()
+	// Bounds min(demand, 8): 4, 8, 8, 4 -> mean 24/32; allocated 14/32.
+	want := Stats{Mean: 14.0 / 32, MeanBound: 24.0 / 32, Peak: 6.0 / 8, PeakBound: 1, PeakRound: 2}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Stats: -want, +got:\n%s", diff)
+	}
+}
+
+func TestReplicaGPUs(t *testing.T) {
+	cases := []struct {
+		reason string
+		engine []v1alpha1.Engine
+		want   int64
+	}{
+		{reason: "A Standalone claims its requests.", engine: []v1alpha1.Engine{fixture.Standalone("m", fixture.GPURequest(3))}, want: 3},
+		{reason: "A gang claims its Leader's and every Worker's.", engine: []v1alpha1.Engine{fixture.Gang("m", 3, fixture.GPURequest(8))}, want: 32},
+		{reason: "Copies multiply; engines add.", engine: []v1alpha1.Engine{fixture.Copies(fixture.Standalone("a", fixture.GPURequest(2)), 3), fixture.Standalone("b", fixture.GPURequest(1))}, want: 7},
+		{reason: "A member without a nodeSelector claims nothing.", engine: []v1alpha1.Engine{fixture.Standalone("m")}, want: 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.reason, func(t *testing.T) {
+			if got := ReplicaGPUs(fixture.Deployment("d").Engines(tc.engine...).Obj()); got != tc.want {
+				t.Errorf("ReplicaGPUs = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestBinderNames(t *testing.T) {
+	var got []string
+	for _, b := range Binders() {
+		p, err := ParseBinder(string(b))
+		if err != nil || p != b {
+			t.Errorf("ParseBinder(%q) = %q, %v", b, p, err)
+		}
+		got = append(got, string(b))
+	}
+	if !slices.Contains(got, "kube-default") || got[0] != "kube-default" {
+		t.Errorf("binders %v, want kube-default first", got)
+	}
+	if _, err := ParseBinder("least-allocated"); err == nil {
+		t.Error("ParseBinder accepted the old GPU-ranked name least-allocated")
+	}
+}
+
+// TestDirectCacheChangesNothing runs scenarios with and without Direct's
+// cache and wants the same fleet round by round.
+func TestDirectCacheChangesNothing(t *testing.T) {
+	sc := tinyScenario(Shape{1, 1, 2, false}, 2, 12)
+	sc.Events = append(sc.Events, Event{Round: 8, Name: "d0", Replicas: 4}, Event{Round: 12, Name: "d1", Delete: true})
+	for _, m := range []Mode{WholeNode(), Fresh(), Lagging().Assuming(scheduling.LeastFree)} {
+		plain, err := Run(sc.Config(m, KubeDefault, Direct{Binding: m.Binding}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cached, err := Run(sc.Config(m, KubeDefault, Direct{Binding: m.Binding, Cache: NewCache()}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(plain.Series, cached.Series); diff != "" {
+			t.Errorf("%s: the fleet differs with the cache: -without, +with:\n%s", m.Name, diff)
+		}
+	}
+}
+
+// TestStuckReplicaIsReplaced places a replica whose pod the cluster cannot
+// bind: the pool the function picks first has GPUs free but too little cpu
+// for the pod. After replaceUnscheduledAfter the function re-places it on
+// the other pool of the cluster, where it binds.
+func TestStuckReplicaIsReplaced(t *testing.T) {
+	pools := []PoolSpec{
+		{Name: "small-cpu", Nodes: 1, GPUsPerNode: 8, Memory: "80Gi", CPU: "2", NodeMemory: "64Gi"},
+		{Name: "big-cpu", Nodes: 1, GPUsPerNode: 8, Memory: "80Gi"},
+	}
+	d := withTemplates(fixture.Deployment("x").Engines(fixture.Standalone("main", fixture.GPURequest(1))).Obj())
+	sc := Scenario{
+		Name: "stuck", Clusters: Fleet(1, pools...), Rounds: 30, Shapes: map[string]Shape{"d": {1, 1, 1, false}},
+		Events: []Event{{Round: 0, Name: "d", Replicas: 1, Deployment: d}},
+	}
+	res, err := Run(sc.Config(Fresh(), KubeDefault, Direct{ReplaceAfter: time.Minute}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pending []int
+	for _, p := range res.Series {
+		pending = append(pending, p.Pending)
+	}
+	// Pending from round 0; stuck once False for more than a minute (round
+	// 7), re-placed, and bound the same round.
+	want := append(slices.Repeat([]int{1}, 7), slices.Repeat([]int{0}, 23)...)
+	if diff := cmp.Diff(want, pending); diff != "" {
+		t.Errorf("pods Pending by round: -want, +got:\n%s", diff)
+	}
+	if res.Running != 1 || res.Placed != 1 {
+		t.Errorf("%d of %d replicas running at the end, want 1 of 1", res.Running, res.Placed)
+	}
+}
+
+func TestPredictions(t *testing.T) {
+	sc := tinyScenario(Shape{1, 1, 1, false}, 1, 30)
+	cases := []struct {
+		reason string
+		binder Binder
+		// most and least say whether every claiming pod bound where
+		// MostFree, and LeastFree, predicts.
+		most, least bool
+	}{
+		{reason: "gpu-most-free binds where MostFree predicts.", binder: GPUMostFree, most: true},
+		{reason: "gpu-least-free binds where LeastFree predicts.", binder: GPULeastFree, least: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.reason, func(t *testing.T) {
+			res, err := Run(sc.Config(Fresh(), tc.binder, Direct{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := res.Binds
+			if b.Claiming() != 40 {
+				t.Fatalf("%d claiming pods bound, want 40", b.Claiming())
+			}
+			if got := b.MostFree() == b.Claiming(); got != tc.most {
+				t.Errorf("MostFree predicted %d of %d binds", b.MostFree(), b.Claiming())
+			}
+			if got := b.LeastFree() == b.Claiming(); got != tc.least {
+				t.Errorf("LeastFree predicted %d of %d binds", b.LeastFree(), b.Claiming())
+			}
+		})
+	}
+}
+
+// TestNodesHoldImagesAfterThePull binds a replica and wants its node to
+// hold the serving image only once the pull is done.
+func TestNodesHoldImagesAfterThePull(t *testing.T) {
+	sc := tinyScenario(Shape{1, 1, 1, false}, 1, 1)
+	sc.ImagePull = 30 * time.Second
+	cfg := sc.Config(Fresh(), KubeDefault, Direct{})
+	cfg.Tick = 10 * time.Second
+	s, err := newState(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := &Result{}
+	var held []int
+	for round := range 6 {
+		if err := s.round(context.Background(), round, res); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, c := range s.clusters {
+			for _, node := range c.kube.Nodes() {
+				n += len(node.Obj.Status.Images)
+			}
+		}
+		held = append(held, n)
+	}
+	// Bound 1 s into round 0; held from 31 s, seen at the start of round
+	// 4 (40 s).
+	if diff := cmp.Diff([]int{0, 0, 0, 0, 1, 1}, held); diff != "" {
+		t.Errorf("nodes holding the image by round: -want, +got:\n%s", diff)
 	}
 }

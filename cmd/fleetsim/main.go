@@ -1,8 +1,13 @@
-// Command fleetsim runs every fleet simulator scenario in every mode, through
-// the real observation and scheduling packages, and writes the results as a
-// Markdown table (fleetsim.md) and an SVG chart (fleetsim.svg).
+// Command fleetsim runs fleet simulator scenarios in every mode with every
+// binder, through the real observation and scheduling packages, and writes
+// the results as a Markdown table (fleetsim.md) and an SVG chart
+// (fleetsim.svg).
 //
 //	go run ./cmd/fleetsim -out docs/
+//	go run ./cmd/fleetsim -nodes NODES.csv -pods PODS.csv -clusters 4 -out DIR
+//
+// With -nodes and -pods it replays a trace in the Alibaba
+// cluster-trace-gpu-v2023 (openb) format instead of the scenarios.
 package main
 
 import (
@@ -11,117 +16,264 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/modelplaneai/fleet-scheduler/sim"
 )
 
+type options struct {
+	out, only, binders, modes, imageSize string
+	largeBinders                         string
+	imagePull                            time.Duration
+	large, withScenarios                 bool
+	trace                                sim.TraceOptions
+	nodes, pods                          string
+}
+
 func main() {
-	out := flag.String("out", "", "directory to write fleetsim.md and fleetsim.svg to; empty prints the table only")
-	binder := flag.String("binder", string(sim.LeastAllocated), "how the simulated kube-scheduler binds pods: least-allocated, most-allocated or random")
-	extra := flag.String("extra-binders", "most-allocated,random", "comma-separated binders to also run the h100-mixed scenario with (empty for none)")
-	only := flag.String("scenario", "", "run only the scenario of this name")
+	var o options
+	flag.StringVar(&o.out, "out", "", "directory to write fleetsim.md and fleetsim.svg to; empty prints the table only")
+	flag.StringVar(&o.binders, "binders", strings.Join(binderNames(), ","), "comma-separated binders to run every scenario with; the first is charted")
+	flag.StringVar(&o.modes, "modes", strings.Join(modeKeys(), ","), "comma-separated modes to run")
+	flag.DurationVar(&o.imagePull, "image-pull", sim.DefaultImagePull, "how long after a pod binds its node holds the pod's image; 0 for at once")
+	flag.StringVar(&o.imageSize, "image-size", "8Gi", "size of the serving image every node pulls when it runs a replica (ImageLocality reads it); 0 for none that scores")
+	flag.StringVar(&o.only, "scenario", "", "run only the scenario of this name")
+	flag.BoolVar(&o.large, "large", false, "also run "+sim.Large().Name+" ("+sim.Large().Summary+"); it takes an hour or more")
+	flag.StringVar(&o.largeBinders, "large-binders", "kube-default,kube-most-allocated", "comma-separated binders to run "+sim.Large().Name+" with")
+	flag.BoolVar(&o.withScenarios, "with-scenarios", false, "with a trace, run the scenarios too, in one report")
+	flag.StringVar(&o.nodes, "nodes", "", "a trace's node CSV (sn,cpu_milli,memory_mib,gpu,model); with -pods, replay it instead of the scenarios")
+	flag.StringVar(&o.pods, "pods", "", "a trace's pod CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...)")
+	flag.IntVar(&o.trace.Clusters, "clusters", 4, "clusters to spread a trace's nodes over")
+	flag.Float64Var(&o.trace.Speed, "speed", 1, "how many times faster than recorded a trace's time runs")
+	flag.DurationVar(&o.trace.Tick, "tick", 10*time.Second, "simulated time per round of a trace (after -speed)")
+	flag.BoolVar(&o.trace.RoundUpSharing, "round-up-sharing", false, "replay a trace's GPU-sharing pods (gpu_milli < 1000) as one whole GPU instead of skipping them")
+	flag.BoolVar(&o.trace.NoDeletion, "no-deletion", false, "keep a trace's pods once they arrive, as the FGD simulator replays these traces (a workload that only grows)")
+	flag.IntVar(&o.trace.MaxRounds, "max-rounds", 0, "stop a trace after this many rounds (0: when the last pod is deleted, or at 2,000 rounds)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Parse()
-	if err := run(*out, *binder, *extra, *only); err != nil {
+	if *cpuprofile != "" {
+		stop, err := profile(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fleetsim:", err)
+			os.Exit(1)
+		}
+		defer stop()
+	}
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "fleetsim:", err)
-		os.Exit(1)
+		os.Exit(1) //nolint:gocritic // The profile of a failed run is not wanted.
 	}
 }
 
-func run(out, binderName, extra, only string) error {
-	b, err := sim.ParseBinder(binderName)
+// profile starts a CPU profile into a file; stop ends it.
+func profile(name string) (func(), error) {
+	f, err := os.Create(name) //nolint:gosec // The file the user named.
+	if err != nil {
+		return nil, fmt.Errorf("cannot profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return nil, fmt.Errorf("cannot profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
+}
+
+func modeKeys() []string {
+	out := make([]string, 0, len(sim.Modes()))
+	for _, m := range sim.Modes() {
+		out = append(out, m.Key())
+	}
+	return out
+}
+
+func binderNames() []string {
+	out := make([]string, 0, len(sim.Binders()))
+	for _, b := range sim.Binders() {
+		out = append(out, string(b))
+	}
+	return out
+}
+
+func run(o options) error {
+	binders, err := parseBinders(o.binders)
 	if err != nil {
 		return err
 	}
-	extras, err := parseBinders(extra, b)
+	largeBinders, err := parseBinders(o.largeBinders)
+	if err != nil {
+		return err
+	}
+	modes, err := parseModes(o.modes)
+	if err != nil {
+		return err
+	}
+	size, err := resource.ParseQuantity(o.imageSize)
+	if err != nil {
+		return fmt.Errorf("-image-size %q: %w", o.imageSize, err)
+	}
+	scenarios, notes, err := scenarios(o)
 	if err != nil {
 		return err
 	}
 	began := time.Now()
 	var rows, chart []sim.Row
-	for _, sc := range sim.Scenarios() {
-		if only != "" && sc.Name != only {
-			continue
+	for _, sc := range scenarios {
+		sc.ImageSize = max(size.Value(), 0)
+		if sc.ImageSize == 0 {
+			sc.ImageSize = -1
 		}
-		binders := []sim.Binder{b}
-		if sc.Name == "h100-mixed" {
-			binders = append(binders, extras...)
+		sc.ImagePull = max(o.imagePull, 0)
+		if sc.ImagePull == 0 {
+			sc.ImagePull = -1
 		}
-		for _, bb := range binders {
-			runs, err := runModes(sc, bb)
+		bs := binders
+		if sc.Name == sim.Large().Name {
+			bs = largeBinders
+		}
+		for i, b := range bs {
+			runs, err := runModes(sc, b, modes)
 			if err != nil {
 				return err
 			}
 			rows = append(rows, runs...)
-			if bb == b {
+			if i == 0 {
 				chart = append(chart, runs...)
 			}
+			fmt.Fprintf(os.Stderr, "fleetsim: %s with %s (%s)\n", sc.Name, b, time.Since(began).Round(time.Second))
 		}
 	}
 	var table bytes.Buffer
+	table.WriteString(sim.Legend + "\n")
 	if err := sim.WriteTable(&table, rows); err != nil {
+		return err
+	}
+	table.WriteString("\nWhere claiming pods landed, against where each assumedBinding predicts (a node with the most GPUs free among those whose free GPUs cover the claim, or the fewest), over every mode:\n\n")
+	if err := sim.WritePredictions(&table, rows); err != nil {
 		return err
 	}
 	table.WriteString("\nReplicas placed by shape, in the scenarios that mix shapes:\n\n")
 	if err := sim.WriteShapeTable(&table, rows); err != nil {
 		return err
 	}
+	if notes != "" {
+		table.WriteString("\n" + notes + "\n")
+	}
+	var stuck bytes.Buffer
+	if err := sim.WriteStuck(&stuck, rows); err != nil {
+		return err
+	}
+	if stuck.Len() > 0 {
+		table.WriteString("\nPods Pending at the end of a run. The ledger placed each replica on a pool whose nodes it assumed had room (assumedBinding), the cluster's binder spread or packed differently, and no node has the room; a placed replica is retained whatever capacity says (contract 4.1, Retain; 4.4, Stability) until it has waited replaceUnscheduledAfter (15m by default) with PodsScheduled False, when 4.5 re-places it:\n\n")
+		table.Write(stuck.Bytes())
+	}
 	if _, err := os.Stdout.Write(table.Bytes()); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "fleetsim: %d runs in %s\n", len(rows), time.Since(began).Round(time.Millisecond))
-	if out == "" {
+	if o.out == "" {
 		return nil
 	}
-	return write(out, table.Bytes(), chart)
+	return write(o.out, commandLine(), table.Bytes(), chart)
 }
 
-// parseBinders reads a comma-separated list of binders, leaving out def.
-func parseBinders(list string, def sim.Binder) ([]sim.Binder, error) {
-	var out []sim.Binder
-	if list == "" {
-		return nil, nil
+// scenarios are what to run: a trace when one is given (with the named
+// scenarios too under -with-scenarios), else the named scenarios (and the
+// large fleet with -large).
+func scenarios(o options) ([]sim.Scenario, string, error) {
+	var trace []sim.Scenario
+	var notes string
+	if o.nodes != "" || o.pods != "" {
+		if o.nodes == "" || o.pods == "" {
+			return nil, "", fmt.Errorf("a trace needs both -nodes and -pods")
+		}
+		sc, err := sim.LoadTrace(o.nodes, o.pods, o.trace)
+		if err != nil {
+			return nil, "", err
+		}
+		if !o.withScenarios {
+			return []sim.Scenario{sc}, sc.Skipped, nil
+		}
+		trace, notes = []sim.Scenario{sc}, sc.Skipped
 	}
+	all := sim.Scenarios()
+	if o.large {
+		all = append(all, sim.Large())
+	}
+	var out []sim.Scenario
+	for _, sc := range append(all, trace...) {
+		if o.only == "" || sc.Name == o.only {
+			out = append(out, sc)
+		}
+	}
+	if len(out) == 0 {
+		return nil, "", fmt.Errorf("no scenario %q", o.only)
+	}
+	return out, notes, nil
+}
+
+// parseBinders reads a comma-separated list of binders.
+func parseBinders(list string) ([]sim.Binder, error) {
+	var out []sim.Binder
 	for e := range strings.SplitSeq(list, ",") {
 		b, err := sim.ParseBinder(strings.TrimSpace(e))
 		if err != nil {
 			return nil, err
 		}
-		if b != def {
-			out = append(out, b)
-		}
+		out = append(out, b)
 	}
 	return out, nil
 }
 
-// runModes runs a scenario in every mode with one binder, the function
-// assuming the binding that matches it.
-func runModes(sc sim.Scenario, b sim.Binder) ([]sim.Row, error) {
-	limit := sim.PhysicalLimit(sc)
-	var rows []sim.Row
-	for _, m := range sim.Modes() {
-		res, err := sim.Run(sc.Config(m, b, sim.Direct{Binding: sim.AssumedBinding(b)}))
-		if err != nil {
-			return nil, fmt.Errorf("%s, %s: %w", sc.Name, m.Name, err)
+// parseModes reads a comma-separated list of mode keys.
+func parseModes(list string) ([]sim.Mode, error) {
+	var out []sim.Mode
+	for e := range strings.SplitSeq(list, ",") {
+		i := slices.Index(modeKeys(), strings.TrimSpace(e))
+		if i < 0 {
+			return nil, fmt.Errorf("unknown mode %q: want one of %v", e, modeKeys())
 		}
-		rows = append(rows, sim.Row{Scenario: sc, Mode: m, Binder: b, Result: res, Limit: limit})
+		out = append(out, sim.Modes()[i])
+	}
+	return out, nil
+}
+
+// runModes runs a scenario in the modes with one binder.
+func runModes(sc sim.Scenario, b sim.Binder, modes []sim.Mode) ([]sim.Row, error) {
+	bounds := sim.Limit(sc)
+	var rows []sim.Row
+	for _, m := range modes {
+		res, err := sim.Run(sc.Config(m, b, sim.Direct{Binding: m.Binding, Cache: sim.NewCache()}))
+		if err != nil {
+			return nil, fmt.Errorf("%s, %s, %s: %w", sc.Name, m.Name, b, err)
+		}
+		rows = append(rows, sim.Row{Scenario: sc, Mode: m, Binder: b, Result: res, Bounds: bounds})
 	}
 	return rows, nil
 }
 
+func commandLine() string {
+	return strings.Join(append([]string{"go run ./cmd/fleetsim"}, os.Args[1:]...), " ")
+}
+
 // write writes the table to out/fleetsim.md and the chart to
 // out/fleetsim.svg.
-func write(out string, table []byte, chart []sim.Row) error {
+func write(out, command string, table []byte, chart []sim.Row) error {
 	var md bytes.Buffer
-	md.WriteString("<!-- Written by `go run ./cmd/fleetsim -out docs/`; do not edit. -->\n\n")
+	fmt.Fprintf(&md, "<!-- Written by `%s`; do not edit. -->\n\n", command)
 	md.Write(table)
 	// The report is documentation, for everyone to read.
 	if err := os.WriteFile(filepath.Join(out, "fleetsim.md"), md.Bytes(), 0o644); err != nil { //nolint:gosec // See above.
 		return err
 	}
 	var svg bytes.Buffer
-	if err := sim.WriteChart(&svg, chart, 10*time.Second); err != nil {
+	if err := sim.WriteChart(&svg, chart); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(out, "fleetsim.svg"), svg.Bytes(), 0o644) //nolint:gosec // Documentation, as above.

@@ -16,10 +16,13 @@ type AssumedBinding string
 // The bindings the ledger can assume.
 const (
 	// AssumedBindingMostFree assumes the node with the most of the claimed
-	// devices free: kube-scheduler's default LeastAllocated scoring.
+	// devices free. kube-scheduler scores no DRA device; see
+	// scheduling.MostFree for when its default profile lands there.
 	AssumedBindingMostFree AssumedBinding = "MostFree"
 	// AssumedBindingLeastFree assumes the node with the fewest of the claimed
-	// devices free that still fits: MostAllocated (bin-packing) scoring.
+	// devices free that still fits: where MostAllocated (bin-packing)
+	// scoring lands pods, and the default profile once nodes hold the
+	// serving image (scheduling.LeastFree).
 	AssumedBindingLeastFree AssumedBinding = "LeastFree"
 )
 
