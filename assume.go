@@ -5,7 +5,6 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/internal/assume"
-	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -21,17 +20,7 @@ func (f *Function) schedule(ctx context.Context, s scheduling.Snapshot, fl *flee
 	if f.assumed == nil || !ok {
 		return scheduling.Schedule(s) //nolint:contextcheck // See above.
 	}
-	f.assumed.Lock()
-	defer f.assumed.Unlock()
-	for _, r := range f.assumed.Assumed(d, uids, fl, s.Now) {
-		s.Assumed = append(s.Assumed, scheduling.Replica{Object: r})
-	}
-	plan, err := scheduling.Schedule(s) //nolint:contextcheck // See above.
-	if err != nil || ctx.Err() != nil {
-		return plan, err
-	}
-	f.assumed.Record(d, assumedEntries(s, plan, uids))
-	return plan, nil
+	return f.assumed.Schedule(ctx, d, uids, fl, s)
 }
 
 // assumes says whether a call takes part in assumed placements: only one
@@ -51,28 +40,4 @@ func assumes(xr *v1alpha1.ModelDeployment, fl *fleet.Fleet) (assume.Deployment, 
 		uids[c.Object.Metadata.UID] = c.Object.Metadata.Name
 	}
 	return d, uids, d.UID != "" && len(uids) > 0
-}
-
-// assumedEntries are the placements a plan makes that the fleet does not
-// show yet: its new and re-placed replicas, as composed, without their pod
-// templates (charging reads none).
-func assumedEntries(s scheduling.Snapshot, plan *scheduling.Plan, uids map[string]string) []assume.Entry {
-	byName := make(map[string]string, len(uids))
-	for uid, name := range uids {
-		byName[name] = uid
-	}
-	var out []assume.Entry
-	for _, p := range plan.Replicas {
-		if !p.New && !p.Moved {
-			continue
-		}
-		r := compose.Replica(s.Deployment, p)
-		for ei := range r.Spec.Engines {
-			for mi := range r.Spec.Engines[ei].Members {
-				r.Spec.Engines[ei].Members[mi].Template = nil
-			}
-		}
-		out = append(out, assume.Entry{Replica: r, ClusterUID: byName[p.Cluster], At: s.Now})
-	}
-	return out
 }
