@@ -43,9 +43,14 @@ type replica struct {
 	obj        *v1alpha1.ModelReplica
 	deployment string
 	seq        int
-	cluster    *simCluster
-	pods       []*pod
-	owners     []metav1.Object
+	// origin is the seq of the replica this one replaces when the
+	// function re-placed it (its own seq otherwise), and paired is true
+	// once a replacement was counted against this one.
+	origin  int
+	paired  bool
+	cluster *simCluster
+	pods    []*pod
+	owners  []metav1.Object
 	// scheduledAt is when PodsScheduled became True; nil while it is False,
 	// as it has been since pendingSince.
 	scheduledAt  *time.Time

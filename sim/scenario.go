@@ -145,10 +145,12 @@ func l4Pools() []PoolSpec {
 }
 
 func h100Pools() []PoolSpec {
-	return []PoolSpec{
-		{Name: "h100-a", Nodes: 8, GPUsPerNode: 8, Memory: "80Gi", Model: "H100", CPU: "190", NodeMemory: "1980Gi"},
-		{Name: "h100-b", Nodes: 8, GPUsPerNode: 8, Memory: "80Gi", Model: "H100", CPU: "190", NodeMemory: "1980Gi"},
-	}
+	return []PoolSpec{h100Pool("h100-a", 8), h100Pool("h100-b", 8)}
+}
+
+// h100Pool is a pool of p5.48xlarge nodes.
+func h100Pool(name string, nodes int) PoolSpec {
+	return PoolSpec{Name: name, Nodes: nodes, GPUsPerNode: 8, Memory: "80Gi", Model: "H100", CPU: "190", NodeMemory: "1980Gi"}
 }
 
 // AtLeast20Gi selects a GPU with 20Gi of memory or more (an L4 has 24Gi).
@@ -272,7 +274,7 @@ func silent(tmpl *v1alpha1.ModelDeployment) Scenario {
 func Large() Scenario {
 	pools := make([]PoolSpec, 0, 8)
 	for i := range 8 {
-		pools = append(pools, PoolSpec{Name: fmt.Sprintf("h100-%d", i), Nodes: 32, GPUsPerNode: 8, Memory: "80Gi", Model: "H100", CPU: "190", NodeMemory: "1980Gi"})
+		pools = append(pools, h100Pool(fmt.Sprintf("h100-%d", i), 32))
 	}
 	sc := Scenario{Name: "large-churn", Summary: "100 clusters x 8 pools x 32 8xH100 nodes; deployments of 1-8 GPUs per replica arrive and leave", Clusters: Fleet(100, pools...), Shapes: map[string]Shape{}, Rounds: 60}
 	rng := rand.New(rand.NewPCG(11, 11)) //nolint:gosec // A reproducible workload, not security.
@@ -291,6 +293,59 @@ func Large() Scenario {
 		if end := round + life; end < sc.Rounds {
 			sc.Events = append(sc.Events, Event{Round: end, Name: n, Delete: true})
 		}
+	}
+	return sc
+}
+
+// standaloneWith is a deployment of one Standalone engine of gpus whose
+// pods request the cpu and memory given, whatever their GPUs.
+func standaloneWith(gpus int64, cpu, memory string) *v1alpha1.ModelDeployment {
+	d := fixture.Deployment("x").Engines(fixture.Standalone("main", fixture.Request(DeviceName, gpus, fixture.MemAtLeast80Gi))).Obj()
+	d.Spec.Template.Spec.Engines[0].Members[0].Template = templateWith(cpu, memory)
+	return d
+}
+
+// Misguessed is a fleet where the ledger's guess of where pods bind is
+// wrong under kube-default, and the wrong guess leaves pods Pending: the
+// workload re-placing (CONTRACT 4.5) is for.
+//
+// Each of 4 clusters has a pool "tight" of two 8xH100 nodes, listed first,
+// and a pool "spare" of two more. At round 0 a cpu-heavy 2-GPU replica
+// (150 of a node's 190 cores) and a 4-GPU one land on the tight pool of
+// every cluster, on different nodes (kube-scheduler spreads cpu): one node
+// has 6 GPUs free and little cpu, the other 4 GPUs free and much cpu. At
+// round 3 a 2-GPU replica and two 4-GPU ones arrive per cluster. The
+// ledger (MostFree) puts the 2-GPU pod on the node with 6 free and both
+// 4-GPU pods fit exactly, so the tight pool fits all three and the spare
+// pool gets nothing. kube-default scores cpu and memory, not GPUs: it
+// binds the 2-GPU pod to the node whose cpu is free, the one with 4 GPUs
+// free, and after the first 4-GPU pod takes the other node, the second
+// finds 2 GPUs free on each node and stays Pending. Nothing the agent
+// reports afterwards moves it: a placed replica is retained (4.1, 4.4)
+// until re-placing moves it to the spare pool.
+func Misguessed() Scenario {
+	pools := []PoolSpec{h100Pool("tight", 2), h100Pool("spare", 2)}
+	const clusters = 4
+	sc := Scenario{
+		Name:    "h100-misguessed",
+		Summary: "replicas the ledger fits exactly on a pool where kube-default, scoring cpu and not GPUs, fragments the GPUs: one 4-GPU replica per cluster stays Pending",
+		// 25 minutes: past the default 15m wait, with time to bind after.
+		Clusters: Fleet(clusters, pools...), Shapes: map[string]Shape{}, Rounds: 150,
+	}
+	for _, e := range []struct {
+		name  string
+		round int
+		count int64
+		gpus  int64
+		tmpl  *v1alpha1.ModelDeployment
+	}{
+		{name: "a-cpu-heavy", round: 0, count: clusters, gpus: 2, tmpl: standaloneWith(2, "150", "64Gi")},
+		{name: "b-filler", round: 0, count: clusters, gpus: 4, tmpl: standalone(4, fixture.MemAtLeast80Gi)},
+		{name: "c-2gpu", round: 3, count: clusters, gpus: 2, tmpl: standalone(2, fixture.MemAtLeast80Gi)},
+		{name: "d-4gpu", round: 3, count: 2 * clusters, gpus: 4, tmpl: standalone(4, fixture.MemAtLeast80Gi)},
+	} {
+		sc.Events = append(sc.Events, Event{Round: e.round, Name: e.name, Replicas: e.count, Deployment: e.tmpl})
+		sc.Shapes[e.name] = Shape{1, 1, e.gpus, false}
 	}
 	return sc
 }

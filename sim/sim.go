@@ -13,6 +13,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/agent"
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/observation"
+	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
 // Agent is the cluster agent of every simulated cluster.
@@ -62,6 +63,9 @@ type Config struct {
 	// not (the equivalence test of the skip).
 	ReconcileAll bool
 }
+
+// DefaultTick is the simulated time between rounds, unless a run says.
+const DefaultTick = 10 * time.Second
 
 // The serving image of the scenarios' pod templates, and its size (the
 // vLLM OpenAI server image is about 8 GiB).
@@ -118,6 +122,12 @@ type Result struct {
 	// Binds says where claiming pods landed against each assumedBinding's
 	// prediction.
 	Binds Binds
+	// Moves counts the function's re-placements of replicas whose pods
+	// stayed unscheduled (CONTRACT 4.5), MovedReplicas the replicas that
+	// moved at least once, and MaxMoves the most one of them moved. A
+	// replica moved to another cluster is a new ModelReplica under another
+	// name; it counts as the one it replaces.
+	Moves, MovedReplicas, MaxMoves int
 	// Wall is how long the simulation took to run.
 	Wall time.Duration
 }
@@ -147,6 +157,9 @@ type state struct {
 	binds    Binds
 	// pulls are the images nodes are pulling, oldest first.
 	pulls []pull
+	// moves counts the function's re-placements of each replica, by the
+	// replica's origin.
+	moves map[int]int
 }
 
 // pull is a node's pull of a pod's images, done at done.
@@ -182,7 +195,7 @@ func Run(cfg Config) (*Result, error) {
 		return nil, errors.New("cannot simulate without a reconciler")
 	}
 	if cfg.Tick == 0 {
-		cfg.Tick = 10 * time.Second
+		cfg.Tick = DefaultTick
 	}
 	if cfg.Binder == "" {
 		cfg.Binder = KubeDefault
@@ -306,6 +319,11 @@ func (s *state) finish(res *Result) {
 	}
 	res.Placed = len(s.replicas)
 	res.Binds = s.binds
+	for _, n := range s.moves {
+		res.Moves += n
+		res.MovedReplicas++
+		res.MaxMoves = max(res.MaxMoves, n)
+	}
 	res.PlacedBy = map[string]int{}
 	res.Stuck = map[string]int{}
 	for _, r := range s.replicas {
@@ -475,6 +493,7 @@ func (s *state) apply(name string, desired []*v1alpha1.ModelReplica, now time.Ti
 		want[d.Metadata.Name] = d
 	}
 	have := map[string]*replica{}
+	var dropped []*replica
 	changed := false
 	var err error
 	s.replicas = slices.DeleteFunc(s.replicas, func(r *replica) bool {
@@ -487,6 +506,7 @@ func (s *state) apply(name string, desired []*v1alpha1.ModelReplica, now time.Ti
 			return false
 		}
 		err = errors.Join(err, r.release())
+		dropped = append(dropped, r)
 		changed = true
 		return true
 	})
@@ -512,12 +532,60 @@ func (s *state) apply(name string, desired []*v1alpha1.ModelReplica, now time.Ti
 		if err != nil {
 			return false, err
 		}
+		r.origin = s.seq
+		if from := s.moved(d, dropped, now); from != nil {
+			r.origin = from.origin
+		}
 		r.pendingSince = now
 		setPodsScheduled(r)
 		s.replicas = append(s.replicas, r)
 		changed = true
 	}
 	return changed, nil
+}
+
+// moved reports whether the function re-placed a replica in this
+// reconcile, by the annotation it writes (CONTRACT 4.5: the move's time),
+// counts the move against the replica it replaces, and returns that
+// replica: the one dropped in the same response, by name on its own
+// cluster, else one whose pool the annotation says it was stuck on. A
+// replica's moves are counted across its waits and its names.
+func (s *state) moved(d *v1alpha1.ModelReplica, dropped []*replica, now time.Time) *replica {
+	memory, ok := scheduling.ParseReplacement(d.Metadata.Annotations[v1alpha1.AnnotationReplacement])
+	if !ok || memory.Moves == 0 || !memory.MovedAt.Equal(now.UTC().Truncate(time.Second)) {
+		return nil
+	}
+	var from *replica
+	for _, r := range dropped {
+		if r.obj.Metadata.Name == d.Metadata.Name {
+			from = r
+			break
+		}
+	}
+	for _, r := range dropped {
+		if from != nil {
+			break
+		}
+		if r.paired {
+			continue
+		}
+		for _, p := range r.obj.Pools() {
+			if slices.Contains(memory.StuckOn, scheduling.PoolRef{Cluster: r.obj.Spec.ClusterName, Pool: p}) {
+				from = r
+				break
+			}
+		}
+	}
+	origin := s.seq
+	if from != nil {
+		from.paired = true
+		origin = from.origin
+	}
+	if s.moves == nil {
+		s.moves = map[int]int{}
+	}
+	s.moves[origin]++
+	return from
 }
 
 // samePins reports whether two ModelReplicas pin the same members to the

@@ -525,3 +525,106 @@ func TestNodesHoldImagesAfterThePull(t *testing.T) {
 		t.Errorf("nodes holding the image by round: -want, +got:\n%s", diff)
 	}
 }
+
+// TestReplacingClearsMisguessedPods runs Misguessed under kube-default
+// with re-placing off and on: off, the replicas the ledger misguessed stay
+// Pending to the end; on, each moves once, to the spare pool, and binds.
+func TestReplacingClearsMisguessedPods(t *testing.T) {
+	type want struct {
+		Placed, Wanted, PendingEnd     int
+		Moves, MovedReplicas, MaxMoves int
+	}
+	cases := map[string]struct {
+		reason string
+		after  time.Duration
+		want   want
+	}{
+		"Off": {
+			reason: "With re-placing off, the misguessed 4-GPU replica of every cluster stays Pending to the end.",
+			after:  -1,
+			want:   want{Placed: 20, Wanted: 20, PendingEnd: 4},
+		},
+		"On": {
+			reason: "With re-placing on (15m), each misguessed replica moves once, to its cluster's spare pool, and no pod is Pending at the end.",
+			want:   want{Placed: 20, Wanted: 20, Moves: 4, MovedReplicas: 4, MaxMoves: 1},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			sc := Misguessed()
+			res, err := Run(sc.Config(Fresh(), KubeDefault, Direct{ReplaceAfter: tc.after}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := want{Placed: res.Placed, Wanted: res.Wanted, PendingEnd: res.PendingEnd, Moves: res.Moves, MovedReplicas: res.MovedReplicas, MaxMoves: res.MaxMoves}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("%s\nRun(Misguessed): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+func TestMovesCountAgainstTheReplicaReplaced(t *testing.T) {
+	now := start().Add(time.Hour)
+	onPool := func(cluster, pool string, index int, memory *scheduling.Replacement) *v1alpha1.ModelReplica {
+		r := fixture.Replica("d", cluster, index).Engines(fixture.PinnedStandalone("main", pool, fixture.Stamped(1))).Obj()
+		if memory != nil {
+			r.Metadata.Annotations = map[string]string{v1alpha1.AnnotationReplacement: memory.String()}
+		}
+		return r
+	}
+	moved := &scheduling.Replacement{Moves: 1, MovedAt: now, StuckOn: []scheduling.PoolRef{{Cluster: "a", Pool: "p1"}}}
+	earlier := &scheduling.Replacement{Moves: 1, MovedAt: now.Add(-time.Minute), StuckOn: moved.StuckOn}
+	type args struct {
+		desired *v1alpha1.ModelReplica
+		dropped []*v1alpha1.ModelReplica
+	}
+	type want struct {
+		// from is the index of the dropped replica counted, -1 for none.
+		from  int
+		moves map[int]int
+	}
+	cases := map[string]struct {
+		reason string
+		args   args
+		want   want
+	}{
+		"NotMoved": {
+			reason: "A replica without the annotation did not move.",
+			args:   args{desired: onPool("a", "p2", 0, nil), dropped: []*v1alpha1.ModelReplica{onPool("a", "p1", 0, nil)}},
+			want:   want{from: -1},
+		},
+		"MovedBefore": {
+			reason: "An annotation of an earlier move is no move now.",
+			args:   args{desired: onPool("a", "p2", 0, earlier), dropped: []*v1alpha1.ModelReplica{onPool("a", "p1", 0, nil)}},
+			want:   want{from: -1},
+		},
+		"SameCluster": {
+			reason: "A replica moved to another pool of its cluster keeps its name: it replaces the dropped one of that name.",
+			args:   args{desired: onPool("a", "p2", 1, moved), dropped: []*v1alpha1.ModelReplica{onPool("a", "p1", 0, nil), onPool("a", "p1", 1, nil)}},
+			want:   want{from: 1, moves: map[int]int{101: 1}},
+		},
+		"AnotherCluster": {
+			reason: "A replica moved to another cluster has a new name: it replaces the dropped one on a pool it was stuck on.",
+			args:   args{desired: onPool("b", "p1", 0, moved), dropped: []*v1alpha1.ModelReplica{onPool("b", "p2", 3, nil), onPool("a", "p1", 2, nil)}},
+			want:   want{from: 1, moves: map[int]int{101: 1}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := &state{seq: 7}
+			var dropped []*replica
+			for i, o := range tc.args.dropped {
+				dropped = append(dropped, &replica{obj: o, origin: 100 + i})
+			}
+			got := want{from: -1}
+			if from := s.moved(tc.args.desired, dropped, now); from != nil {
+				got.from = slices.Index(dropped, from)
+			}
+			got.moves = s.moves
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("%s\nmoved: -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}

@@ -29,8 +29,8 @@ import (
 type options struct {
 	out, only, binders, modes, imageSize string
 	largeBinders                         string
-	imagePull                            time.Duration
-	large, withScenarios                 bool
+	imagePull, replaceAfter              time.Duration
+	large, withScenarios, replacing      bool
 	trace                                sim.TraceOptions
 	nodes, pods                          string
 }
@@ -54,6 +54,8 @@ func main() {
 	flag.BoolVar(&o.trace.RoundUpSharing, "round-up-sharing", false, "replay a trace's GPU-sharing pods (gpu_milli < 1000) as one whole GPU instead of skipping them")
 	flag.BoolVar(&o.trace.NoDeletion, "no-deletion", false, "keep a trace's pods once they arrive, as the FGD simulator replays these traces (a workload that only grows)")
 	flag.IntVar(&o.trace.MaxRounds, "max-rounds", 0, "stop a trace after this many rounds (0: when the last pod is deleted, or at 2,000 rounds)")
+	flag.BoolVar(&o.replacing, "replacing", false, "instead of the scenarios, run "+sim.Misguessed().Name+" with re-placing off and on, side by side (replacing.md)")
+	flag.DurationVar(&o.replaceAfter, "replace-after", 15*time.Minute, "with -replacing, the replaceUnscheduledAfter of the run with re-placing on")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -102,6 +104,9 @@ func binderNames() []string {
 }
 
 func run(o options) error {
+	if o.replacing {
+		return runReplacing(o)
+	}
 	binders, err := parseBinders(o.binders)
 	if err != nil {
 		return err
@@ -125,14 +130,7 @@ func run(o options) error {
 	began := time.Now()
 	var rows, chart []sim.Row
 	for _, sc := range scenarios {
-		sc.ImageSize = max(size.Value(), 0)
-		if sc.ImageSize == 0 {
-			sc.ImageSize = -1
-		}
-		sc.ImagePull = max(o.imagePull, 0)
-		if sc.ImagePull == 0 {
-			sc.ImagePull = -1
-		}
+		sc = withImage(sc, size.Value(), o.imagePull)
 		bs := binders
 		if sc.Name == sim.Large().Name {
 			bs = largeBinders
@@ -181,6 +179,88 @@ func run(o options) error {
 		return nil
 	}
 	return write(o.out, commandLine(), table.Bytes(), chart)
+}
+
+// withImage sets a scenario's serving image size and pull time as the
+// flags give them: zero for none, or at once.
+func withImage(sc sim.Scenario, size int64, pull time.Duration) sim.Scenario {
+	sc.ImageSize = max(size, 0)
+	if sc.ImageSize == 0 {
+		sc.ImageSize = -1
+	}
+	sc.ImagePull = max(pull, 0)
+	if sc.ImagePull == 0 {
+		sc.ImagePull = -1
+	}
+	return sc
+}
+
+// runReplacing runs the scenario whose pods the ledger's misguesses leave
+// Pending, with re-placing off and on, for each binder and mode, and
+// writes the table side by side.
+func runReplacing(o options) error {
+	binders, err := parseBinders(o.binders)
+	if err != nil {
+		return err
+	}
+	modes, err := parseModes(o.modes)
+	if err != nil {
+		return err
+	}
+	size, err := resource.ParseQuantity(o.imageSize)
+	if err != nil {
+		return fmt.Errorf("-image-size %q: %w", o.imageSize, err)
+	}
+	if o.replaceAfter <= 0 {
+		return fmt.Errorf("-replace-after %s: want a positive duration, the run with re-placing on", o.replaceAfter)
+	}
+	sc := withImage(sim.Misguessed(), size.Value(), o.imagePull)
+	var rows []sim.Row
+	for _, b := range binders {
+		for _, m := range modes {
+			for _, after := range []time.Duration{-1, o.replaceAfter} {
+				res, err := sim.Run(sc.Config(m, b, sim.Direct{Binding: m.Binding, ReplaceAfter: after, Cache: sim.NewCache()}))
+				if err != nil {
+					return fmt.Errorf("%s, %s, %s, re-placing after %s: %w", sc.Name, m.Name, b, after, err)
+				}
+				variant := "re-placing off"
+				if after > 0 {
+					variant = "re-placing after " + after.String()
+				}
+				rows = append(rows, sim.Row{Scenario: sc, Mode: m, Binder: b, Result: res, Variant: variant})
+			}
+		}
+	}
+	var doc bytes.Buffer
+	doc.WriteString(sim.ReplacingLegend + "\n")
+	fmt.Fprintf(&doc, "%s: %s; %d rounds of %s.\n\n", sc.Name, sc.Summary, sc.Rounds, sim.DefaultTick)
+	if err := sim.WriteReplacing(&doc, rows); err != nil {
+		return err
+	}
+	var stuck bytes.Buffer
+	if err := sim.WriteStuck(&stuck, rows); err != nil {
+		return err
+	}
+	if stuck.Len() > 0 {
+		doc.WriteString("\nPods Pending at the end:\n\n")
+		doc.Write(stuck.Bytes())
+	}
+	if _, err := os.Stdout.Write(doc.Bytes()); err != nil {
+		return err
+	}
+	if o.out == "" {
+		return nil
+	}
+	return writeDoc(filepath.Join(o.out, "replacing.md"), commandLine(), doc.Bytes())
+}
+
+// writeDoc writes a report with the command that wrote it.
+func writeDoc(name, command string, body []byte) error {
+	var md bytes.Buffer
+	fmt.Fprintf(&md, "<!-- Written by `%s`; do not edit. -->\n\n", command)
+	md.Write(body)
+	// The report is documentation, for everyone to read.
+	return os.WriteFile(name, md.Bytes(), 0o644) //nolint:gosec // See above.
 }
 
 // scenarios are what to run: a trace when one is given (with the named
