@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/crossplane/function-sdk-go/logging"
@@ -173,14 +171,7 @@ func TestAssumedPlacementsUnderConcurrentCalls(t *testing.T) {
 	fnv1.RegisterFunctionRunnerServiceServer(srv, requests.Server(f))
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()
-	conn, err := grpc.NewClient("passthrough:///fleet-scheduler",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatalf("grpc.NewClient(...): %v", err)
-	}
-	defer func() { _ = conn.Close() }()
-	client := fnv1.NewFunctionRunnerServiceClient(conn)
+	client := fnv1.NewFunctionRunnerServiceClient(dialBufconn(t, lis))
 
 	for round := range 5 {
 		f.assumed = assume.New(assume.DefaultTTL)

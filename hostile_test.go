@@ -5,17 +5,14 @@ package main
 // the server serves the next call. docs/production.md has the numbers.
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -48,15 +45,7 @@ func hostileServer(t *testing.T) *grpc.ClientConn {
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient("passthrough:///hostile",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(benchfleet.NewClientCodec()), grpc.MaxCallRecvMsgSize(1<<30)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
+	return dialBufconn(t, lis, grpc.WithDefaultCallOptions(grpc.ForceCodecV2(benchfleet.NewClientCodec()), grpc.MaxCallRecvMsgSize(1<<30)))
 }
 
 // Wire fragments of the messages a RunFunctionRequest is made of.

@@ -34,14 +34,7 @@ func TestServedOverGRPC(t *testing.T) {
 	fnv1.RegisterFunctionRunnerServiceServer(srv, requests.Server(served))
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()
-	conn, err := grpc.NewClient("passthrough:///fleet-scheduler",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatalf("grpc.NewClient(...): %v", err)
-	}
-	defer func() { _ = conn.Close() }()
-	client := fnv1.NewFunctionRunnerServiceClient(conn)
+	client := fnv1.NewFunctionRunnerServiceClient(dialBufconn(t, lis))
 
 	bigClusters, bigReplicas := benchFleet(500)
 	big := fleetRequest(benchDeployment(), bigClusters, bigReplicas, nil)
@@ -68,4 +61,20 @@ func TestServedOverGRPC(t *testing.T) {
 	if idle := requests.IdleBytes(); idle < proto.Size(big) {
 		t.Errorf("after the calls: %d bytes of copies idle, want at least the big request's %d", idle, proto.Size(big))
 	}
+}
+
+// dialBufconn connects to a server on an in-process listener, closing the
+// connection when the test ends.
+func dialBufconn(t *testing.T, lis *bufconn.Listener, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	opts = append([]grpc.DialOption{
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	}, opts...)
+	conn, err := grpc.NewClient("passthrough:///fleet-scheduler", opts...)
+	if err != nil {
+		t.Fatalf("grpc.NewClient(...): %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
 }
