@@ -19,7 +19,10 @@
 //  3. reconciles every deployment in name order through a Reconciler (by
 //     default observation + scheduling, the path fn.go takes; bench_test.go
 //     also drives the real RunFunction), creating the ModelReplicas it adds
-//     (and their pods) and deleting the ones it drops;
+//     (and their pods) and deleting the ones it drops: one after another,
+//     or Config.Concurrent at a time, each of those reading the same
+//     fleet, optionally through function servers' ledgers of assumed
+//     placements (Direct.Servers);
 //  4. binds pending pods, oldest first, one second into the round, and sets
 //     each replica's PodsScheduled;
 //  5. lets the agent report every pool, five seconds into the round, when
@@ -138,7 +141,13 @@ type simPool struct {
 	// nodes' generations it was computed at.
 	last        *agent.Report
 	generations []uint64
+	// claimed is what the pods pinned to the pool claim, bound or
+	// Pending.
+	claimed int64
 }
+
+// gpus is how many GPUs the pool's nodes have.
+func (p *simPool) gpus() int64 { return int64(len(p.nodes)) * p.spec.GPUsPerNode }
 
 // sample is one agent report of a pool and when it reaches the
 // InferenceCluster.
@@ -271,5 +280,9 @@ func (c *simCluster) object() *v1alpha1.InferenceCluster {
 		}
 		pools = append(pools, pool)
 	}
-	return fixture.Cluster(c.name).Pools(pools...).Obj()
+	obj := fixture.Cluster(c.name).Pools(pools...).Obj()
+	// A uid, as the API server gives every InferenceCluster: the
+	// function's assumed placements key on it.
+	obj.Metadata.UID = "uid-" + c.name
+	return obj
 }

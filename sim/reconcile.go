@@ -1,11 +1,14 @@
 package sim
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
+	"github.com/modelplaneai/fleet-scheduler/internal/assume"
 	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
@@ -23,7 +26,9 @@ type Reconciler interface {
 // scheduling.Schedule with the function input's defaults (re-placing
 // replicas whose pods stay unscheduled after 15m included), then a
 // ModelReplica per placement named and built as the function composes it
-// (contract section 3).
+// (contract section 3). With Servers, a call takes part in assumed
+// placements as the server's does (CONTRACT 4.6): through the ledger of
+// the server it goes to, when the XR and every cluster carry a uid.
 type Direct struct {
 	// MaxAge is observationMaxAge; zero means the default 5m.
 	MaxAge time.Duration
@@ -34,6 +39,73 @@ type Direct struct {
 	ReplaceAfter time.Duration
 	// Cache, when not nil, keeps what was observed between calls.
 	Cache *Cache
+	// Servers, when not nil, are the function's servers, each with its
+	// own ledger of assumed placements (CONTRACT 4.6), that the calls are
+	// spread over; nil is a server that assumes nothing
+	// (--assumed-placement-ttl 0).
+	Servers *Servers
+}
+
+// Servers are function servers, each keeping its own ledger of assumed
+// placements, that calls are spread over round robin, as Crossplane's
+// gRPC client spreads them over a function's pods.
+type Servers struct {
+	ledgers []*assume.Ledger
+	next    int
+}
+
+// NewServers are n servers whose ledgers keep entries for the default
+// TTL, as --assumed-placement-ttl's default.
+func NewServers(n int) *Servers {
+	s := &Servers{}
+	for range max(n, 1) {
+		s.ledgers = append(s.ledgers, assume.New(assume.DefaultTTL))
+	}
+	return s
+}
+
+// Len is how many servers there are.
+func (s *Servers) Len() int { return len(s.ledgers) }
+
+// ledger is the ledger of the server the next call goes to.
+func (s *Servers) ledger() *assume.Ledger {
+	l := s.ledgers[s.next%len(s.ledgers)]
+	s.next++
+	return l
+}
+
+// shown is the fleet a call reads, for the ledger to end the assumed
+// placements it shows: each replica by namespace and name.
+type shown map[[2]string]*v1alpha1.ModelReplica
+
+func shownOf(replicas []*v1alpha1.ModelReplica) shown {
+	out := make(shown, len(replicas))
+	for _, r := range replicas {
+		out[[2]string{r.Metadata.Namespace, r.Metadata.Name}] = r
+	}
+	return out
+}
+
+// Shows implements assume.Fleet: the replica is in the fleet on the
+// cluster, pinned to the pools.
+func (s shown) Shows(namespace, name, cluster string, pools []string) bool {
+	r, ok := s[[2]string{namespace, name}]
+	return ok && r.Spec.ClusterName == cluster && slices.Equal(r.Pools(), pools)
+}
+
+// assumes is the server's test for taking part in assumed placements
+// (root assume.go): the XR and every cluster carry a uid. It returns the
+// deployment and the clusters' names by uid.
+func assumes(dep *v1alpha1.ModelDeployment, clusters []*v1alpha1.InferenceCluster) (assume.Deployment, map[string]string, bool) {
+	d := assume.Deployment{UID: dep.Metadata.UID, Namespace: dep.Metadata.Namespace, Name: dep.Metadata.Name}
+	uids := make(map[string]string, len(clusters))
+	for _, c := range clusters {
+		if c.Metadata.UID == "" {
+			return d, nil, false
+		}
+		uids[c.Metadata.UID] = c.Metadata.Name
+	}
+	return d, uids, d.UID != "" && len(uids) > 0
 }
 
 // defaultReplaceAfter is the function input's default
@@ -111,7 +183,14 @@ func (d Direct) Reconcile(dep *v1alpha1.ModelDeployment, clusters []*v1alpha1.In
 	if d.Cache != nil {
 		opts.Selectors = d.Cache.selectors
 	}
-	plan, err := scheduling.Schedule(scheduling.Snapshot{Deployment: dep, Clusters: cs, Replicas: rs, Options: opts, Now: now})
+	snap := scheduling.Snapshot{Deployment: dep, Clusters: cs, Replicas: rs, Options: opts, Now: now}
+	var plan *scheduling.Plan
+	var err error
+	if ad, uids, ok := assumes(dep, clusters); d.Servers != nil && ok {
+		plan, err = d.Servers.ledger().Schedule(context.Background(), ad, uids, shownOf(replicas), snap)
+	} else {
+		plan, err = scheduling.Schedule(snap)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cannot schedule %s: %w", dep.Metadata.Name, err)
 	}

@@ -185,9 +185,37 @@ func newPod(ns, name string, m v1alpha1.ReplicaMember, selector map[string]strin
 	return kube.NewPod(p, claims...)
 }
 
+// claim adds what the replica's pods claim to their pools' claimed GPUs,
+// and returns how many of them went to a pool whose pods then claim more
+// than it has (Result.Overcommit).
+func (r *replica) claim() int {
+	need := map[*simPool]int64{}
+	pods := map[*simPool]int{}
+	for _, p := range r.pods {
+		if p.pool == nil || p.claim == 0 {
+			continue
+		}
+		need[p.pool] += p.claim
+		pods[p.pool]++
+	}
+	over := 0
+	for pool, n := range need {
+		pool.claimed += n
+		if pool.claimed > pool.gpus() {
+			over += pods[pool]
+		}
+	}
+	return over
+}
+
 // release deletes the replica's pods, freeing what their nodes gave them,
 // and its controllers.
 func (r *replica) release() error {
+	for _, p := range r.pods {
+		if p.pool != nil {
+			p.pool.claimed -= p.claim
+		}
+	}
 	for _, p := range r.pods {
 		if !p.bound() {
 			continue

@@ -360,3 +360,88 @@ func WriteReplacing(w io.Writer, rows []Row) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// ConcurrencyRun is one run of a scenario with Concurrent deployments
+// reconciled at once, through Servers function servers each with its own
+// ledger of assumed placements (0: no ledger).
+type ConcurrencyRun struct {
+	Concurrent, Servers int
+	Result              *Result
+}
+
+// ConcurrencyLegend says what the concurrency report compares.
+const ConcurrencyLegend = `Concurrent calls measured (CONTRACT 4.6, assumed placements). The
+simulator otherwise reconciles deployments one after another, each seeing
+the last one's replicas: the best case. Here each round's deployments to
+reconcile go K at a time, in name order: the K calls read the same fleet,
+as K calls in flight would, and the replicas they compose are created
+once all K answered. Without a ledger each call sees only the fleet; with
+P servers the calls go round robin over P function servers (as
+Crossplane's client spreads calls over a function's pods), each keeping
+its own ledger, through the server's own critical section
+(assume.Ledger.Schedule): a call sees what earlier calls to its server
+composed, not what the other servers' did.
+
+- Pending pods: the most at the end of any round / at the end of the run;
+  pod-seconds sums the pods Pending over simulated time.
+- Overcommitted pods: pods of replicas created onto a pool whose pods
+  (bound or Pending, theirs included) then claim more GPUs than the pool
+  has, so that not all of them can bind whatever node each takes: the
+  mark of two calls placing onto the same free GPUs. GPUs beyond: the
+  most GPUs the pods pinned to pools claimed beyond those pools' GPUs, at
+  the end of any round.
+`
+
+// ledgerLabel names a run's ledgers.
+func ledgerLabel(servers int) string {
+	switch servers {
+	case 0:
+		return "no ledger"
+	case 1:
+		return "ledger, P = 1"
+	}
+	return fmt.Sprintf("ledgers, P = %d", servers)
+}
+
+// WriteConcurrency writes the runs side by side, one row per K and one
+// column per ledger setting, of Pending pods; then every run's figures.
+func WriteConcurrency(w io.Writer, runs []ConcurrencyRun) error {
+	var ks, ps []int
+	cell := map[[2]int]*Result{}
+	for _, r := range runs {
+		if !slices.Contains(ks, r.Concurrent) {
+			ks = append(ks, r.Concurrent)
+		}
+		if !slices.Contains(ps, r.Servers) {
+			ps = append(ps, r.Servers)
+		}
+		cell[[2]int{r.Concurrent, r.Servers}] = r.Result
+	}
+	var b strings.Builder
+	b.WriteString("Pending pods max / end, and pod-seconds:\n\n| calls at once |")
+	for _, p := range ps {
+		b.WriteString(" " + ledgerLabel(p) + " |")
+	}
+	b.WriteString("\n|---:|" + strings.Repeat("---:|", len(ps)) + "\n")
+	for _, k := range ks {
+		fmt.Fprintf(&b, "| K = %d |", k)
+		for _, p := range ps {
+			res := cell[[2]int{k, p}]
+			if res == nil {
+				b.WriteString(" |")
+				continue
+			}
+			fmt.Fprintf(&b, " %d / %d, %.0f |", res.PendingMax, res.PendingEnd, res.PendingSeconds)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\nEvery run:\n\n| calls at once | ledger | Replicas placed / wanted | Pending pods max / end | Pending pod-seconds | Overcommitted pods | GPUs beyond the pools' (max) | Moves |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range runs {
+		res := r.Result
+		fmt.Fprintf(&b, "| %d | %s | %d / %d | %d / %d | %.0f | %d | %d | %d |\n",
+			r.Concurrent, ledgerLabel(r.Servers), res.Placed, res.Wanted, res.PendingMax, res.PendingEnd, res.PendingSeconds, res.Overcommit, res.OvercommitGPUsMax, res.Moves)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

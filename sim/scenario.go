@@ -349,3 +349,35 @@ func Misguessed() Scenario {
 	}
 	return sc
 }
+
+// ScaleAtOnce is 32 deployments that scale at the same moment on a nearly
+// full fleet, the workload of concurrent calls (CONTRACT 4.6): 16 of
+// 1-GPU and 16 of 4-GPU replicas, alternating, arriving one a round with 2
+// replicas each (160 of the fleet's 192 GPUs), then all scaling to 6 in
+// round 40, when they would want 480. The fleet is 4 clusters of two
+// pools of three 8xH100 nodes. Reconciled one after another, each call
+// sees what the last one placed and the fleet fills to what it holds;
+// reconciled K at a time, K calls read the same free GPUs.
+func ScaleAtOnce() Scenario {
+	sc := Scenario{
+		Name:     "h100-scale-at-once",
+		Summary:  "32 deployments of 1- and 4-GPU replicas, each scaling 2 -> 6 in the same round, on a fleet they fill to 83% before",
+		Clusters: Fleet(4, h100Pool("h100-a", 3), h100Pool("h100-b", 3)), Shapes: map[string]Shape{},
+		// 20 minutes after the scale: past the default 15m after which
+		// re-placing would move a replica left Pending, where anything
+		// else fits.
+		Rounds: 160,
+	}
+	for i := range 32 {
+		g := int64(1)
+		if i%2 == 1 {
+			g = 4
+		}
+		n := fmt.Sprintf("scale-%02d-%dgpu", i, g)
+		sc.Events = append(sc.Events,
+			Event{Round: i, Name: n, Replicas: 2, Deployment: standalone(g, fixture.MemAtLeast80Gi)},
+			Event{Round: 40, Name: n, Replicas: 6})
+		sc.Shapes[n] = Shape{1, 1, g, false}
+	}
+	return sc
+}

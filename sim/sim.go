@@ -62,6 +62,13 @@ type Config struct {
 	// ReconcileAll reconciles every deployment every round, settled or
 	// not (the equivalence test of the skip).
 	ReconcileAll bool
+	// Concurrent is how many deployments are reconciled at once: each
+	// round, the deployments to reconcile go in batches of Concurrent,
+	// in name order, every call of a batch reading the same fleet (as
+	// that many calls in flight would) and the replicas they compose
+	// created once all of them answered. Zero or one reconciles one
+	// after another, each seeing the last one's replicas: the best case.
+	Concurrent int
 }
 
 // DefaultTick is the simulated time between rounds, unless a run says.
@@ -88,6 +95,9 @@ type Point struct {
 	Pending          int
 	// Reconciles is how many deployments were reconciled in the round.
 	Reconciles int
+	// OvercommitGPUs sums, over the pools, the GPUs the pods pinned there
+	// (bound or Pending) claim beyond the pool's GPUs.
+	OvercommitGPUs int64
 }
 
 // Result is what a run measured.
@@ -122,6 +132,16 @@ type Result struct {
 	// Binds says where claiming pods landed against each assumedBinding's
 	// prediction.
 	Binds Binds
+	// Overcommit counts the pods of replicas created onto a pool whose
+	// pods (bound or Pending, the new replica's included) then claim more
+	// GPUs than the pool has: not all of them can bind, whatever node
+	// each takes. It is what placing twice onto the same free GPUs makes
+	// (CONTRACT 4.4: never overcommit), and nothing else here: a
+	// misguessed binding or a fragmented pool leaves pods Pending without
+	// it. OvercommitGPUsMax is the most GPUs claimed beyond the pools'
+	// GPUs at the end of any round.
+	Overcommit        int
+	OvercommitGPUsMax int64
 	// Moves counts the function's re-placements of replicas whose pods
 	// stayed unscheduled (CONTRACT 4.5), MovedReplicas the replicas that
 	// moved at least once, and MaxMoves the most one of them moved. A
@@ -160,6 +180,12 @@ type state struct {
 	// moves counts the function's re-placements of each replica, by the
 	// replica's origin.
 	moves map[int]int
+	// overcommit counts the pods created onto a pool already fully
+	// claimed (Result.Overcommit).
+	overcommit int
+	// uids number the deployments that arrived, so that one deleted and
+	// created again under its name has another uid, as an API object.
+	uids int
 }
 
 // pull is a node's pull of a pod's images, done at done.
@@ -245,6 +271,7 @@ func (s *state) round(ctx context.Context, round int, res *Result) error {
 	pt := s.point(round)
 	pt.Reconciles = n
 	res.PendingMax = max(res.PendingMax, pt.Pending)
+	res.OvercommitGPUsMax = max(res.OvercommitGPUsMax, pt.OvercommitGPUs)
 	res.PendingSeconds += float64(pt.Pending) * s.cfg.Tick.Seconds()
 	res.Series = append(res.Series, pt)
 	return nil
@@ -279,6 +306,11 @@ func (s *state) point(round int) Point {
 	for _, d := range s.deployments {
 		pt.Wanted += int(d.Spec.Replicas)
 		pt.DemandGPUs += d.Spec.Replicas * ReplicaGPUs(d)
+	}
+	for _, c := range s.clusters {
+		for _, p := range c.pools {
+			pt.OvercommitGPUs += max(p.claimed-p.gpus(), 0)
+		}
 	}
 	return pt
 }
@@ -319,6 +351,7 @@ func (s *state) finish(res *Result) {
 	}
 	res.Placed = len(s.replicas)
 	res.Binds = s.binds
+	res.Overcommit = s.overcommit
 	for _, n := range s.moves {
 		res.Moves += n
 		res.MovedReplicas++
@@ -361,6 +394,10 @@ func (s *state) demand(round int) {
 		case e.Deployment != nil:
 			d := *e.Deployment
 			d.Metadata.Name = e.Name
+			// A uid, as the API server gives every XR: the function's
+			// assumed placements take part only for XRs that carry one.
+			s.uids++
+			d.Metadata.UID = fmt.Sprintf("uid-%s-%d", e.Name, s.uids)
 			d.Spec.Replicas = e.Replicas
 			s.deployments[e.Name] = &d
 		default:
@@ -429,8 +466,9 @@ func (s *state) sample(ctx context.Context, now time.Time, round int) error {
 }
 
 // reconcile runs every deployment that may change once, in name order,
-// each seeing what the ones before it created, and deletes the replicas of
-// deployments that are gone.
+// in batches of Config.Concurrent (one by default), each seeing what the
+// batches before it created, and deletes the replicas of deployments that
+// are gone.
 func (s *state) reconcile(now time.Time) (bool, int, error) {
 	changed, err := s.collect()
 	if err != nil {
@@ -447,22 +485,28 @@ func (s *state) reconcile(now time.Time) (bool, int, error) {
 			}
 		}
 	})
-	for _, name := range names {
-		dep := s.deployments[name]
+	for batch := range slices.Chunk(names, max(s.cfg.Concurrent, 1)) {
+		// The calls of a batch are in flight at once: each reads the
+		// fleet as it was before any of them answered.
 		objs := make([]*v1alpha1.ModelReplica, 0, len(s.replicas))
 		for _, r := range s.replicas {
 			objs = append(objs, r.obj)
 		}
-		desired, err := s.cfg.Reconciler.Reconcile(dep, clusters, objs, now)
-		if err != nil {
-			return false, 0, err
+		desired := make([][]*v1alpha1.ModelReplica, len(batch))
+		for i, name := range batch {
+			var err error
+			if desired[i], err = s.cfg.Reconciler.Reconcile(s.deployments[name], clusters, objs, now); err != nil {
+				return false, 0, err
+			}
 		}
-		c, err := s.apply(name, desired, now)
-		if err != nil {
-			return false, 0, err
+		for i, name := range batch {
+			c, err := s.apply(name, desired[i], now)
+			if err != nil {
+				return false, 0, err
+			}
+			changed = changed || c
+			s.settled[name] = !c && len(desired[i]) == int(s.deployments[name].Spec.Replicas) && s.bound(name)
 		}
-		changed = changed || c
-		s.settled[name] = !c && len(desired) == int(dep.Spec.Replicas) && s.bound(name)
 	}
 	return changed, len(names), nil
 }
@@ -538,6 +582,7 @@ func (s *state) apply(name string, desired []*v1alpha1.ModelReplica, now time.Ti
 		}
 		r.pendingSince = now
 		setPodsScheduled(r)
+		s.overcommit += r.claim()
 		s.replicas = append(s.replicas, r)
 		changed = true
 	}

@@ -628,3 +628,79 @@ func TestMovesCountAgainstTheReplicaReplaced(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrentReconciles runs ScaleAtOnce with 16 deployments
+// reconciled at once: without assumed placements they place onto the same
+// free GPUs and pods stay Pending; with one server's ledger no pod is
+// Pending in any round, for any number of calls at once, and they place
+// what reconciling one after another places.
+func TestConcurrentReconciles(t *testing.T) {
+	sc := ScaleAtOnce()
+	run := func(t *testing.T, concurrent, servers int) *Result {
+		t.Helper()
+		d := Direct{Cache: NewCache()}
+		if servers > 0 {
+			d.Servers = NewServers(servers)
+		}
+		cfg := sc.Config(Fresh(), KubeDefault, d)
+		cfg.Concurrent = concurrent
+		res, err := Run(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	serial := run(t, 1, 0)
+	type args struct {
+		concurrent, servers int
+	}
+	type want struct {
+		// pending is whether some round ends with a pod Pending, and
+		// overcommit whether some pod was placed onto a fully claimed
+		// pool.
+		pending, overcommit bool
+		// placed is how many replicas are placed at the end; -1 for any.
+		placed int
+	}
+	cases := map[string]struct {
+		reason string
+		args   args
+		want   want
+	}{
+		"SixteenWithoutLedger": {
+			reason: "16 calls reading the same fleet, with nothing assumed, place onto the same free GPUs: pods stay Pending.",
+			args:   args{concurrent: 16},
+			want:   want{pending: true, overcommit: true, placed: -1},
+		},
+		"OneWithLedger": {
+			reason: "One call at a time with one server's ledger places as one after another.",
+			args:   args{concurrent: 1, servers: 1},
+			want:   want{placed: serial.Placed},
+		},
+		"FourWithLedger": {
+			reason: "4 calls at once through one server's ledger see each other's placements: no pod Pending, what one after another places.",
+			args:   args{concurrent: 4, servers: 1},
+			want:   want{placed: serial.Placed},
+		},
+		"SixteenWithLedger": {
+			reason: "16 calls at once through one server's ledger see each other's placements: no pod Pending, what one after another places.",
+			args:   args{concurrent: 16, servers: 1},
+			want:   want{placed: serial.Placed},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			res := run(t, tc.args.concurrent, tc.args.servers)
+			got := want{pending: res.PendingMax > 0, overcommit: res.Overcommit > 0, placed: res.Placed}
+			if tc.want.placed < 0 {
+				got.placed = -1
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("%s\nRun(ScaleAtOnce, %d at once, %d servers): -want, +got:\n%s", tc.reason, tc.args.concurrent, tc.args.servers, diff)
+			}
+		})
+	}
+	if serial.PendingMax > 0 || serial.Placed <= 64 {
+		t.Errorf("one after another without a ledger: %d pods Pending at most, %d replicas placed; want none Pending and more than the 64 before the scale", serial.PendingMax, serial.Placed)
+	}
+}

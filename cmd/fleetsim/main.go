@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,6 +32,9 @@ type options struct {
 	largeBinders                         string
 	imagePull, replaceAfter              time.Duration
 	large, withScenarios, replacing      bool
+	concurrency                          bool
+	concurrent, servers                  int
+	concurrencyK, concurrencyServers     string
 	trace                                sim.TraceOptions
 	nodes, pods                          string
 }
@@ -56,6 +60,11 @@ func main() {
 	flag.IntVar(&o.trace.MaxRounds, "max-rounds", 0, "stop a trace after this many rounds (0: when the last pod is deleted, or at 2,000 rounds)")
 	flag.BoolVar(&o.replacing, "replacing", false, "instead of the scenarios, run "+sim.Misguessed().Name+" with re-placing off and on, side by side (replacing.md)")
 	flag.DurationVar(&o.replaceAfter, "replace-after", 15*time.Minute, "with -replacing, the replaceUnscheduledAfter of the run with re-placing on")
+	flag.IntVar(&o.concurrent, "concurrent-reconciles", 1, "reconcile this many deployments at once, each of them reading the same fleet; 1 reconciles one after another")
+	flag.IntVar(&o.servers, "servers", 0, "spread the calls round robin over this many function servers, each with its own ledger of assumed placements; 0 assumes nothing")
+	flag.BoolVar(&o.concurrency, "concurrency", false, "instead of the scenarios, run "+sim.ScaleAtOnce().Name+" for every -concurrency-k and -concurrency-servers, side by side (concurrency.md)")
+	flag.StringVar(&o.concurrencyK, "concurrency-k", "1,4,16", "with -concurrency, comma-separated numbers of deployments reconciled at once")
+	flag.StringVar(&o.concurrencyServers, "concurrency-servers", "0,1,2,3", "with -concurrency, comma-separated numbers of function servers with their own ledgers (0: no ledger)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -107,6 +116,9 @@ func run(o options) error {
 	if o.replacing {
 		return runReplacing(o)
 	}
+	if o.concurrency {
+		return runConcurrency(o)
+	}
 	binders, err := parseBinders(o.binders)
 	if err != nil {
 		return err
@@ -136,7 +148,7 @@ func run(o options) error {
 			bs = largeBinders
 		}
 		for i, b := range bs {
-			runs, err := runModes(sc, b, modes)
+			runs, err := runModes(o, sc, b, modes)
 			if err != nil {
 				return err
 			}
@@ -254,6 +266,87 @@ func runReplacing(o options) error {
 	return writeDoc(filepath.Join(o.out, "replacing.md"), commandLine(), doc.Bytes())
 }
 
+// runConcurrency runs the scenario of deployments scaling at once with K
+// deployments reconciled at once, without a ledger and with P servers'
+// ledgers, with the first binder and mode, and writes the table side by
+// side.
+func runConcurrency(o options) error {
+	binders, err := parseBinders(o.binders)
+	if err != nil {
+		return err
+	}
+	modes, err := parseModes(o.modes)
+	if err != nil {
+		return err
+	}
+	size, err := resource.ParseQuantity(o.imageSize)
+	if err != nil {
+		return fmt.Errorf("-image-size %q: %w", o.imageSize, err)
+	}
+	ks, err := parseCounts("-concurrency-k", o.concurrencyK, 1)
+	if err != nil {
+		return err
+	}
+	ps, err := parseCounts("-concurrency-servers", o.concurrencyServers, 0)
+	if err != nil {
+		return err
+	}
+	sc := withImage(sim.ScaleAtOnce(), size.Value(), o.imagePull)
+	b, m := binders[0], modes[0]
+	var runs []sim.ConcurrencyRun
+	for _, k := range ks {
+		for _, p := range ps {
+			res, err := sim.Run(concurrent(sc.Config(m, b, direct(m, p)), k))
+			if err != nil {
+				return fmt.Errorf("%s, %d at once, %d servers: %w", sc.Name, k, p, err)
+			}
+			runs = append(runs, sim.ConcurrencyRun{Concurrent: k, Servers: p, Result: res})
+		}
+	}
+	var doc bytes.Buffer
+	doc.WriteString(sim.ConcurrencyLegend + "\n")
+	fmt.Fprintf(&doc, "%s: %s; %s, %s, %d rounds of %s.\n\n", sc.Name, sc.Summary, m.Name, b, sc.Rounds, sim.DefaultTick)
+	if err := sim.WriteConcurrency(&doc, runs); err != nil {
+		return err
+	}
+	if _, err := os.Stdout.Write(doc.Bytes()); err != nil {
+		return err
+	}
+	if o.out == "" {
+		return nil
+	}
+	return writeDoc(filepath.Join(o.out, "concurrency.md"), commandLine(), doc.Bytes())
+}
+
+// direct is the reconciler of a mode, through servers function servers
+// with their own ledgers (none for 0).
+func direct(m sim.Mode, servers int) sim.Direct {
+	d := sim.Direct{Binding: m.Binding, Cache: sim.NewCache()}
+	if servers > 0 {
+		d.Servers = sim.NewServers(servers)
+	}
+	return d
+}
+
+// concurrent reconciles k deployments at once in a run.
+func concurrent(cfg sim.Config, k int) sim.Config {
+	cfg.Concurrent = k
+	return cfg
+}
+
+// parseCounts reads a comma-separated list of counts of at least least.
+func parseCounts(flagName, list string, least int) ([]int, error) {
+	var out []int
+	for e := range strings.SplitSeq(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(e))
+		if err != nil || n < least {
+			return nil, fmt.Errorf("%s %q: want comma-separated integers of at least %d", flagName, list, least)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
 // writeDoc writes a report with the command that wrote it.
 func writeDoc(name, command string, body []byte) error {
 	var md bytes.Buffer
@@ -324,12 +417,13 @@ func parseModes(list string) ([]sim.Mode, error) {
 	return out, nil
 }
 
-// runModes runs a scenario in the modes with one binder.
-func runModes(sc sim.Scenario, b sim.Binder, modes []sim.Mode) ([]sim.Row, error) {
+// runModes runs a scenario in the modes with one binder, as the options
+// say to reconcile.
+func runModes(o options, sc sim.Scenario, b sim.Binder, modes []sim.Mode) ([]sim.Row, error) {
 	bounds := sim.Limit(sc)
 	var rows []sim.Row
 	for _, m := range modes {
-		res, err := sim.Run(sc.Config(m, b, sim.Direct{Binding: m.Binding, Cache: sim.NewCache()}))
+		res, err := sim.Run(concurrent(sc.Config(m, b, direct(m, o.servers)), o.concurrent))
 		if err != nil {
 			return nil, fmt.Errorf("%s, %s, %s: %w", sc.Name, m.Name, b, err)
 		}
