@@ -213,7 +213,11 @@ func writeComposed(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, 
 	budget := responseBudget{left: maxResponseBytes}
 	for _, p := range plan.Replicas {
 		if p.AsObserved {
-			if c, ok := keepAsObserved(rsp, p, observed); ok {
+			c, ok, err := keepAsObserved(rsp, p, observed, &budget)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
 				composed = append(composed, c)
 			}
 			continue
@@ -271,25 +275,34 @@ func countReady(composed []composedReplica) int {
 }
 
 // keepAsObserved writes a replica kept as observed, and its endpoint if it
-// has one, exactly as they are observed. A replica this XR does not compose
-// (none is observed of it) is not this XR's to keep: false.
-func keepAsObserved(rsp *fnv1.RunFunctionResponse, p scheduling.Placement, observed map[string]*fnv1.Resource) (composedReplica, bool) {
+// has one, exactly as they are observed, counting them against the
+// response's budget as composed ones are. A replica this XR does not
+// compose (none is observed of it) is not this XR's to keep: false.
+func keepAsObserved(rsp *fnv1.RunFunctionResponse, p scheduling.Placement, observed map[string]*fnv1.Resource, budget *responseBudget) (composedReplica, bool, error) {
 	key, obs := observedReplica(p, observed)
 	if obs == nil {
-		return composedReplica{}, false
+		return composedReplica{}, false, nil
 	}
-	keep := func(key string, obs *fnv1.Resource) {
+	keep := func(key string, obs *fnv1.Resource) error {
 		desired := &fnv1.Resource{Resource: compose.DesiredFromObserved(obs.GetResource())}
 		if isReady(obs) {
 			desired.Ready = fnv1.Ready_READY_TRUE
 		}
+		if err := budget.spend(rsp, key, desired); err != nil {
+			return err
+		}
 		rsp.Desired.Resources[key] = desired
+		return nil
 	}
-	keep(key, obs)
+	if err := keep(key, obs); err != nil {
+		return composedReplica{}, false, err
+	}
 	if endpoint, ok := observed[compose.EndpointKeyOf(key)]; ok {
-		keep(compose.EndpointKeyOf(key), endpoint)
+		if err := keep(compose.EndpointKeyOf(key), endpoint); err != nil {
+			return composedReplica{}, false, err
+		}
 	}
-	return composedReplica{cluster: p.Cluster, observed: true, ready: isReady(obs)}, true
+	return composedReplica{cluster: p.Cluster, observed: true, ready: isReady(obs)}, true, nil
 }
 
 // observedReplica is the observed composed ModelReplica of a placement kept
