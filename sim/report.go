@@ -62,12 +62,12 @@ func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
 // WriteTable writes the results as one Markdown table.
 func WriteTable(w io.Writer, rows []Row) error {
 	var b strings.Builder
-	b.WriteString("| Scenario | Mode | Binder | Replicas placed / wanted (bound) | GPUs allocated, mean over time (bound) | GPUs allocated at the demand peak (bound) | Pending pods max / end | Pending pod-seconds | Reconciles to converge | Wall time |\n")
+	b.WriteString("| Scenario | Mode | Binder | Replicas placed (running) / wanted (bound) | GPUs allocated, mean over time (bound) | GPUs allocated at the demand peak (bound) | Pending pods max / end | Pending pod-seconds | Reconciles to converge | Wall time |\n")
 	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		res, st := r.Result, r.Stats()
-		fmt.Fprintf(&b, "| %s | %s | %s | %d / %d (%d) | %s (%s) | %s (%s) | %d / %d | %.0f | %d | %s |\n",
-			r.Scenario.Name, r.Mode.Name, r.Binder, res.Placed, res.Wanted, r.Bounds.Replicas,
+		fmt.Fprintf(&b, "| %s | %s | %s | %d (%d) / %d (%d) | %s (%s) | %s (%s) | %d / %d | %.0f | %d | %s |\n",
+			r.Scenario.Name, r.Mode.Name, r.Binder, res.Placed, res.Running, res.Wanted, r.Bounds.Replicas,
 			pct(st.Mean), pct(st.MeanBound), pct(st.Peak), pct(st.PeakBound),
 			res.PendingMax, res.PendingEnd, res.PendingSeconds, res.ReconcilesToConverge, res.Wall.Round(10*time.Millisecond))
 	}
@@ -244,8 +244,10 @@ serving image (8 GiB unless -image-size says otherwise) from 2 minutes
 after the pod bound (-image-pull) and keeps it; ImageLocality scores it. The function runs with its defaults (observationMaxAge 5m,
 replaceUnscheduledAfter 15m) but for assumedBinding, which the mode sets.
 
-- Replicas placed / wanted (bound): at the end of the run; the bound is
-  the most replicas of the final demand the fleet can hold.
+- Replicas placed (running) / wanted (bound): at the end of the run,
+  running counting those with every pod bound; the bound is the most
+  replicas of the final demand the fleet can hold, which running never
+  exceeds and placed can, by replicas whose pods are Pending.
 - GPUs allocated: the share of the fleet's GPUs that bound pods hold, the
   mean over the rounds and at the demand's peak (its last round), each
   beside its bound: min(demand, capacity) at that moment, or for a

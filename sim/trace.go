@@ -61,11 +61,13 @@ type TracePod struct {
 // columns only), each with or without its header line, and makes it a
 // scenario.
 func LoadTrace(nodesFile, podsFile string, o TraceOptions) (Scenario, error) {
-	nodes, err := readCSV(nodesFile, "sn", parseNode)
+	nodes, err := readCSV(nodesFile, "sn", parseNode, func(n TraceNode) string { return n.Name })
 	if err != nil {
 		return Scenario{}, err
 	}
-	pods, err := readCSV(podsFile, "name", parsePod)
+	// Pods become deployments by their names lower-cased: two that differ
+	// only in case would be one.
+	pods, err := readCSV(podsFile, "name", parsePod, func(p TracePod) string { return strings.ToLower(p.Name) })
 	if err != nil {
 		return Scenario{}, err
 	}
@@ -73,8 +75,9 @@ func LoadTrace(nodesFile, podsFile string, o TraceOptions) (Scenario, error) {
 }
 
 // readCSV parses every record of a CSV file but a header whose first field
-// is header. A bad row is an error naming the file and the line.
-func readCSV[T any](name, header string, parse func([]string) (T, error)) ([]T, error) {
+// is header. A bad row, or one whose key another row has, is an error
+// naming the file and the line.
+func readCSV[T any](name, header string, parse func([]string) (T, error), key func(T) string) ([]T, error) {
 	f, err := os.Open(name) //nolint:gosec // The trace the user asked to replay.
 	if err != nil {
 		return nil, fmt.Errorf("cannot read trace: %w", err)
@@ -83,6 +86,7 @@ func readCSV[T any](name, header string, parse func([]string) (T, error)) ([]T, 
 	r := csv.NewReader(f)
 	r.FieldsPerRecord = -1
 	var out []T
+	lineOf := map[string]int{}
 	for first := true; ; first = false {
 		rec, err := r.Read()
 		if errors.Is(err, io.EOF) {
@@ -98,6 +102,11 @@ func readCSV[T any](name, header string, parse func([]string) (T, error)) ([]T, 
 		v, err := parse(rec)
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
+		}
+		if k := key(v); lineOf[k] != 0 {
+			return nil, fmt.Errorf("%s:%d: %q again: line %d has it", name, line, k, lineOf[k])
+		} else {
+			lineOf[k] = line
 		}
 		out = append(out, v)
 	}
@@ -231,8 +240,11 @@ func TraceScenario(nodes []TraceNode, pods []TracePod, o TraceOptions) (Scenario
 			t0 = min(t0, p.Creation)
 		}
 	}
+	// A round past maxTraceRound is past any run (runs stop at 2,000
+	// rounds); clamping keeps a tiny -speed from overflowing int.
+	const maxTraceRound = 1 << 30
 	roundOf := func(t int64) int {
-		return int(float64(t-t0) / o.Speed / o.Tick.Seconds())
+		return int(min(float64(t-t0)/o.Speed/o.Tick.Seconds(), maxTraceRound))
 	}
 	last := 0
 	for _, p := range pods {

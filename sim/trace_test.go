@@ -121,6 +121,8 @@ func TestTraceBadRows(t *testing.T) {
 		{reason: "No creation time.", nodes: goodNodes, pods: podHeader + "p0,1000,1024,1,1000,,LS,Running,,10,0\n", want: `pods.csv:2: creation_time: "" is not a whole number`},
 		{reason: "A quote that never closes.", nodes: goodNodes, pods: podHeader + "p0,1000,1024,1,1000,\"T4,LS,Running,0,10,0\n", want: "pods.csv: parse error on line 2"},
 		{reason: "No node with GPUs.", nodes: nodeHeader + "n0,8000,1024,0,\n", pods: goodPods, want: "the trace has no node with GPUs"},
+		{reason: "Two nodes of one name.", nodes: goodNodes + "n0,8000,1024,2,T4\n", pods: goodPods, want: `nodes.csv:3: "n0" again: line 2 has it`},
+		{reason: "Two pods whose names differ only in case: one deployment's name.", nodes: goodNodes, pods: goodPods + "P0,1000,1024,1,1000,,LS,Running,0,10,0\n", want: `pods.csv:3: "p0" again: line 2 has it`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.reason, func(t *testing.T) {
@@ -157,5 +159,19 @@ func TestReplayTrace(t *testing.T) {
 	// At the end only pod-06 is left.
 	if res.Placed != 1 || res.Wanted != 1 || res.GPUs != 4 {
 		t.Errorf("at the end %d placed of %d wanted holding %d GPUs, want pod-06's 1 of 1 holding 4", res.Placed, res.Wanted, res.GPUs)
+	}
+}
+
+// TestTraceAtATinySpeed: a speed so slow that a pod's round would
+// overflow an int puts it past every run, never at a negative round.
+func TestTraceAtATinySpeed(t *testing.T) {
+	sc, err := LoadTrace("testdata/trace/nodes.csv", "testdata/trace/pods.csv", TraceOptions{Clusters: 2, Speed: 1e-300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range sc.Events {
+		if e.Round < 0 {
+			t.Errorf("event %+v at a negative round", e)
+		}
 	}
 }
