@@ -237,9 +237,29 @@ func (p *pod) stuck() string {
 		return fmt.Sprintf("pod %s: its pool does not exist", p.kube.Obj.Name)
 	}
 	var most int64
+	// Of the nodes with the GPUs free, why NodeResourcesFit turns each away:
+	// the function charges devices only, and no report says a node's cpu
+	// or memory.
+	short := map[string]int{}
+	var reasons []string
 	for _, n := range p.pool.nodes {
-		most = max(most, p.pool.cluster.freeGPUs(n))
+		free := p.pool.cluster.freeGPUs(n)
+		most = max(most, free)
+		if free < p.claim {
+			continue
+		}
+		if why := n.ResourcesFit(p.kube); why != "" {
+			if short[why] == 0 {
+				reasons = append(reasons, why)
+			}
+			short[why]++
+		}
 	}
-	return fmt.Sprintf("%s/%s: a pod of replica %s (deployment %s) needs %d GPUs on one node; the pool's nodes have at most %d free",
+	msg := fmt.Sprintf("%s/%s: a pod of replica %s (deployment %s) needs %d GPUs on one node; the pool's nodes have at most %d free",
 		p.pool.cluster.name, p.pool.spec.Name, p.replica.obj.Metadata.Name, p.replica.deployment, p.claim, most)
+	slices.Sort(reasons)
+	for _, why := range reasons {
+		msg += fmt.Sprintf("; %s on %d of the nodes with them free", why, short[why])
+	}
+	return msg
 }

@@ -175,3 +175,29 @@ func TestTraceAtATinySpeed(t *testing.T) {
 		}
 	}
 }
+
+// TestStuckPodSaysItLacksCPU: a pod whose cpu request no node of its pool
+// has stays Pending though the GPUs are free (the function charges devices
+// only), and the report says what turned it away.
+func TestStuckPodSaysItLacksCPU(t *testing.T) {
+	dir := t.TempDir()
+	nodes, pods := filepath.Join(dir, "nodes.csv"), filepath.Join(dir, "pods.csv")
+	if err := os.WriteFile(nodes, []byte("n0,16000,131072,2,P100\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pods, []byte("p0,18000,1024,1,1000,,LS,Running,0,,0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := LoadTrace(nodes, pods, TraceOptions{Clusters: 1, Speed: 1, MaxRounds: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(sc.Config(Fresh(), KubeDefault, Direct{Binding: Fresh().Binding}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "needs 1 GPUs on one node; the pool's nodes have at most 2 free; Insufficient cpu on 1 of the nodes with them free"
+	if len(res.StuckPods) != 1 || !strings.Contains(res.StuckPods[0], want) {
+		t.Errorf("stuck pods %q, want one containing %q", res.StuckPods, want)
+	}
+}

@@ -33,7 +33,7 @@ type options struct {
 	imagePull, replaceAfter              time.Duration
 	large, withScenarios, replacing      bool
 	concurrency                          bool
-	concurrent, servers                  int
+	concurrent, servers, rounds          int
 	concurrencyK, concurrencyServers     string
 	trace                                sim.TraceOptions
 	nodes, pods                          string
@@ -47,6 +47,7 @@ func main() {
 	flag.DurationVar(&o.imagePull, "image-pull", sim.DefaultImagePull, "how long after a pod binds its node holds the pod's image; 0 for at once")
 	flag.StringVar(&o.imageSize, "image-size", "8Gi", "size of the serving image every node pulls when it runs a replica (ImageLocality reads it); 0 for none that scores")
 	flag.StringVar(&o.only, "scenario", "", "run only the scenario of this name")
+	flag.IntVar(&o.rounds, "rounds", 0, "run every named scenario this many rounds of 10s instead of its own (0: its own; a trace has -max-rounds)")
 	flag.BoolVar(&o.large, "large", false, "also run "+sim.Large().Name+" ("+sim.Large().Summary+"); it takes an hour or more")
 	flag.StringVar(&o.largeBinders, "large-binders", "kube-default,kube-most-allocated", "comma-separated binders to run "+sim.Large().Name+" with")
 	flag.BoolVar(&o.withScenarios, "with-scenarios", false, "with a trace, run the scenarios too, in one report")
@@ -180,7 +181,7 @@ func run(o options) error {
 		return err
 	}
 	if stuck.Len() > 0 {
-		table.WriteString("\nPods Pending at the end of a run. The ledger placed each replica on a pool whose nodes it assumed had room (assumedBinding), the cluster's binder spread or packed differently, and no node has the room; a placed replica is retained whatever capacity says (contract 4.1, Retain; 4.4, Stability) until it has waited replaceUnscheduledAfter (15m by default) with PodsScheduled False, when 4.5 re-places it:\n\n")
+		table.WriteString("\nPods Pending at the end of a run, and what each needs. The function placed each replica on a pool whose nodes it assumed had the GPUs (assumedBinding); either the cluster's binder spread or packed differently and no node has them, or the nodes with them lack the cpu or memory the pod requests, which the function does not see (it charges devices only). A placed replica is retained whatever capacity says (contract 4.1, Retain; 4.4, Stability) until it has waited replaceUnscheduledAfter (15m by default) with PodsScheduled False; 4.5 then re-places it on another pool where it fits, if one does (on a full fleet none does):\n\n")
 		table.Write(stuck.Bytes())
 	}
 	if _, err := os.Stdout.Write(table.Bytes()); err != nil {
@@ -380,6 +381,14 @@ func scenarios(o options) ([]sim.Scenario, string, error) {
 		all = append(all, sim.Large())
 	}
 	var out []sim.Scenario
+	if o.rounds < 0 {
+		return nil, "", fmt.Errorf("-rounds %d: want 0 or more", o.rounds)
+	}
+	for i := range all {
+		if o.rounds > 0 {
+			all[i].Rounds = o.rounds
+		}
+	}
 	for _, sc := range append(all, trace...) {
 		if o.only == "" || sc.Name == o.only {
 			out = append(out, sc)

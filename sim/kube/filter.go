@@ -111,6 +111,10 @@ func (c *Cluster) filter(ctx context.Context, cy *cycle, n *Node) (string, []res
 	return "", results, nil
 }
 
+// ResourcesFit is NodeResourcesFit's reason for rejecting the pod on the
+// node ("Insufficient cpu", say), or "" when the node has room for it.
+func (n *Node) ResourcesFit(p *Pod) string { return n.fits(p) }
+
 // fits is NodeResourcesFit's filter: room for one more pod, and for its
 // cpu and memory requests.
 func (n *Node) fits(p *Pod) string {
