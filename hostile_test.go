@@ -209,15 +209,18 @@ func TestHostileRequests(t *testing.T) {
 			maxHeap: 64,
 		},
 		"ReplicaEnginesNestedDeep": {
-			reason: "Another deployment's replica, charged, whose engines nest 10,000 deep.",
+			reason: "Another deployment's replica whose pods are not scheduled, so charged, and whose engines nest 10,000 deep: it does not read, is charged conservatively, and a warning names it.",
 			request: func(t *testing.T) []byte {
 				t.Helper()
 				req := smallFleet()
-				r := mustStruct(benchReplicaOn("cluster-000"))
-				return withItems(t, req, requiredReplicas, structWith(t, r, []string{"spec", "engines"}, listValue(structValue(nested(10_000)))))
+				r := mustStruct(unscheduled(benchReplicaOn("cluster-000")))
+				// An engine whose members are a Struct 10,000 deep, not a list.
+				engine := append(wiretest.StructEntry("name", stringValue("main")), wiretest.StructEntry("members", structValue(nested(10_000)))...)
+				return withItems(t, req, requiredReplicas, structWith(t, r, []string{"spec", "engines"}, listValue(structValue(engine))))
 			},
 			check: func(a answer) string {
-				return wantPlaced(a.rsp, a.err, benchNewReplicas, "")
+				r := benchReplicaOn("cluster-000")
+				return wantPlaced(a.rsp, a.err, benchNewReplicas, "cannot read ModelReplica "+r.Metadata.Namespace+"/"+r.Metadata.Name+": spec.engines[0].members")
 			},
 			maxHeap: 64,
 		},
@@ -234,15 +237,24 @@ func TestHostileRequests(t *testing.T) {
 			maxHeap: 512,
 		},
 		"ReplicaManyKeys": {
-			reason: "Another deployment's replica with a million labels: two are read.",
+			reason: "The deployment's own replica with a million more labels: the two the function needs are read among them, so it is kept (a desired replica of its name) and counts toward spec.replicas.",
 			request: func(t *testing.T) []byte {
 				t.Helper()
 				req := smallFleet()
-				r := mustStruct(benchReplicaOn("cluster-000"))
-				return withItems(t, req, requiredReplicas, structWith(t, r, []string{"metadata", "labels"}, structValue(manyKeys(1_000_000))))
+				r := mustStruct(ownReplicaOn("cluster-000"))
+				labels := wiretest.Marshalled(t, r.GetFields()["metadata"].GetStructValue().GetFields()["labels"].GetStructValue())
+				return withItems(t, req, requiredReplicas, structWith(t, r, []string{"metadata", "labels"}, structValue(append(labels, manyKeys(1_000_000)...))))
 			},
 			check: func(a answer) string {
-				return wantPlaced(a.rsp, a.err, benchNewReplicas, "")
+				if msg := wantPlaced(a.rsp, a.err, benchNewReplicas, ""); msg != "" {
+					return msg
+				}
+				// New replicas take the lowest free indexes, two at most per
+				// cluster: index 7 is desired only if the replica was kept.
+				if _, ok := a.rsp.GetDesired().GetResources()["replica-cluster-000-7"]; ok {
+					return ""
+				}
+				return "want the replica at index 7 of cluster-000 kept among the desired ones, got " + describe(a.rsp, a.err)
 			},
 			maxHeap: 128,
 		},
@@ -457,6 +469,23 @@ func widePools(t *testing.T, pools, kinds, buckets int) []byte {
 
 // benchReplicaOn is another deployment's realistic replica on a cluster,
 // scheduled after its pool's report: charged, so its engines are read.
+// unscheduled is the replica with its pods not scheduled, so that every
+// call reads and charges it.
+func unscheduled(r *v1alpha1.ModelReplica) *v1alpha1.ModelReplica {
+	r.Status.Conditions = []v1alpha1.Condition{{Type: "PodsScheduled", Status: "False"}}
+	return r
+}
+
+// ownReplicaOn is a replica of benchDeployment's on the cluster, at index 7.
+func ownReplicaOn(cluster string) *v1alpha1.ModelReplica {
+	r := benchReplicaOn(cluster)
+	d := benchDeployment()
+	r.Metadata.Namespace = d.Metadata.Namespace
+	r.Metadata.Labels[v1alpha1.LabelDeployment] = d.Metadata.Name
+	r.Metadata.Labels[v1alpha1.LabelReplicaIndex] = "7"
+	return r
+}
+
 func benchReplicaOn(cluster string) *v1alpha1.ModelReplica {
 	_, replicas := benchFleet(100)
 	r := replicas[99]
