@@ -29,7 +29,7 @@ import (
 // gRPC reads a whole request before the handler runs, so a cap inside the
 // handler would bound nothing: at 10,000 ModelReplicas each request is
 // 37 MiB, and 100 of them at once (Crossplane's default reconcile
-// concurrency) took the server to 8.6 GiB (median of 3 runs, up to 14;
+// concurrency) took the server to 10 GiB (median of 3 runs, 8.4 to 13.8;
 // docs/fnload.md). The cap is HTTP/2's stream quota
 // (SETTINGS_MAX_CONCURRENT_STREAMS): a gRPC client does not open a stream
 // over it, and waits for one to close, up to its call's deadline, before
