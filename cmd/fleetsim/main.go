@@ -120,21 +120,13 @@ func run(o options) error {
 	if o.concurrency {
 		return runConcurrency(o)
 	}
-	binders, err := parseBinders(o.binders)
+	binders, modes, size, err := common(o)
 	if err != nil {
 		return err
 	}
 	largeBinders, err := parseBinders(o.largeBinders)
 	if err != nil {
 		return err
-	}
-	modes, err := parseModes(o.modes)
-	if err != nil {
-		return err
-	}
-	size, err := resource.ParseQuantity(o.imageSize)
-	if err != nil {
-		return fmt.Errorf("-image-size %q: %w", o.imageSize, err)
 	}
 	scenarios, notes, err := scenarios(o)
 	if err != nil {
@@ -212,17 +204,9 @@ func withImage(sc sim.Scenario, size int64, pull time.Duration) sim.Scenario {
 // Pending, with re-placing off and on, for each binder and mode, and
 // writes the table side by side.
 func runReplacing(o options) error {
-	binders, err := parseBinders(o.binders)
+	binders, modes, size, err := common(o)
 	if err != nil {
 		return err
-	}
-	modes, err := parseModes(o.modes)
-	if err != nil {
-		return err
-	}
-	size, err := resource.ParseQuantity(o.imageSize)
-	if err != nil {
-		return fmt.Errorf("-image-size %q: %w", o.imageSize, err)
 	}
 	if o.replaceAfter <= 0 {
 		return fmt.Errorf("-replace-after %s: want a positive duration, the run with re-placing on", o.replaceAfter)
@@ -272,17 +256,9 @@ func runReplacing(o options) error {
 // ledgers, with the first binder and mode, and writes the table side by
 // side.
 func runConcurrency(o options) error {
-	binders, err := parseBinders(o.binders)
+	binders, modes, size, err := common(o)
 	if err != nil {
 		return err
-	}
-	modes, err := parseModes(o.modes)
-	if err != nil {
-		return err
-	}
-	size, err := resource.ParseQuantity(o.imageSize)
-	if err != nil {
-		return fmt.Errorf("-image-size %q: %w", o.imageSize, err)
 	}
 	ks, err := parseCounts("-concurrency-k", o.concurrencyK, 1)
 	if err != nil {
@@ -398,6 +374,24 @@ func scenarios(o options) ([]sim.Scenario, string, error) {
 		return nil, "", fmt.Errorf("no scenario %q", o.only)
 	}
 	return out, notes, nil
+}
+
+// common reads the options every kind of run takes: the binders, the modes
+// and the serving image's size.
+func common(o options) ([]sim.Binder, []sim.Mode, resource.Quantity, error) {
+	binders, err := parseBinders(o.binders)
+	if err != nil {
+		return nil, nil, resource.Quantity{}, err
+	}
+	modes, err := parseModes(o.modes)
+	if err != nil {
+		return nil, nil, resource.Quantity{}, err
+	}
+	size, err := resource.ParseQuantity(o.imageSize)
+	if err != nil {
+		return nil, nil, resource.Quantity{}, fmt.Errorf("-image-size %q: %w", o.imageSize, err)
+	}
+	return binders, modes, size, nil
 }
 
 // parseBinders reads a comma-separated list of binders.
