@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -255,11 +256,12 @@ func (p *pod) stuck() string {
 			short[why]++
 		}
 	}
-	msg := fmt.Sprintf("%s/%s: a pod of replica %s (deployment %s) needs %d GPUs on one node; the pool's nodes have at most %d free",
+	var msg strings.Builder
+	fmt.Fprintf(&msg, "%s/%s: a pod of replica %s (deployment %s) needs %d GPUs on one node; the pool's nodes have at most %d free",
 		p.pool.cluster.name, p.pool.spec.Name, p.replica.obj.Metadata.Name, p.replica.deployment, p.claim, most)
 	slices.Sort(reasons)
 	for _, why := range reasons {
-		msg += fmt.Sprintf("; %s on %d of the nodes with them free", why, short[why])
+		fmt.Fprintf(&msg, "; %s on %d of the nodes with them free", why, short[why])
 	}
-	return msg
+	return msg.String()
 }

@@ -103,11 +103,11 @@ func readCSV[T any](name, header string, parse func([]string) (T, error), key fu
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
 		}
-		if k := key(v); lineOf[k] != 0 {
+		k := key(v)
+		if lineOf[k] != 0 {
 			return nil, fmt.Errorf("%s:%d: %q again: line %d has it", name, line, k, lineOf[k])
-		} else {
-			lineOf[k] = line
 		}
+		lineOf[k] = line
 		out = append(out, v)
 	}
 }
