@@ -231,11 +231,18 @@ func (r *replica) release() error {
 	return nil
 }
 
+// What holds a pod Pending at the end of a run.
+const (
+	StuckOnGPUs      = "no node of its pool has its GPUs free"
+	StuckOnResources = "its GPUs are free only on nodes without its cpu or memory"
+	StuckOnPool      = "its pool does not exist"
+)
+
 // stuck says what a Pending pod needs and the most its pool's nodes have
-// free.
-func (p *pod) stuck() string {
+// free, and what holds it.
+func (p *pod) stuck() (string, string) {
 	if p.pool == nil {
-		return fmt.Sprintf("pod %s: its pool does not exist", p.kube.Obj.Name)
+		return fmt.Sprintf("pod %s: its pool does not exist", p.kube.Obj.Name), StuckOnPool
 	}
 	var most int64
 	// Of the nodes with the GPUs free, why NodeResourcesFit turns each away:
@@ -263,5 +270,8 @@ func (p *pod) stuck() string {
 	for _, why := range reasons {
 		fmt.Fprintf(&msg, "; %s on %d of the nodes with them free", why, short[why])
 	}
-	return msg.String()
+	if most < p.claim {
+		return msg.String(), StuckOnGPUs
+	}
+	return msg.String(), StuckOnResources
 }

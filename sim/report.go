@@ -274,6 +274,15 @@ func WriteStuck(w io.Writer, rows []Row) error {
 			b.WriteString(", " + r.Variant)
 		}
 		fmt.Fprintf(&b, ": %d pods Pending at the end", len(r.Result.StuckPods))
+		var on []string
+		for _, why := range []string{StuckOnGPUs, StuckOnResources, StuckOnPool} {
+			if n := r.Result.StuckOn[why]; n > 0 {
+				on = append(on, fmt.Sprintf("%d where %s", n, why))
+			}
+		}
+		if len(on) > 0 {
+			b.WriteString(" (" + strings.Join(on, ", ") + ")")
+		}
 		pods := r.Result.StuckPods
 		slices.Sort(pods)
 		for i, p := range pods {

@@ -126,9 +126,12 @@ type Result struct {
 	PlacedBy map[string]int
 	// Stuck counts, by deployment, replicas left with pods Pending at the
 	// end, and StuckPods says for each such pod what it needs and what its
-	// pool has.
+	// pool has. StuckOn counts those pods by what held them: no node of
+	// the pool with their GPUs free (StuckOnGPUs), or only nodes without
+	// their cpu or memory (StuckOnResources).
 	Stuck     map[string]int
 	StuckPods []string
+	StuckOn   map[string]int
 	// Binds says where claiming pods landed against each assumedBinding's
 	// prediction.
 	Binds Binds
@@ -359,6 +362,7 @@ func (s *state) finish(res *Result) {
 	}
 	res.PlacedBy = map[string]int{}
 	res.Stuck = map[string]int{}
+	res.StuckOn = map[string]int{}
 	for _, r := range s.replicas {
 		res.PlacedBy[r.deployment]++
 		if r.bound() {
@@ -368,7 +372,9 @@ func (s *state) finish(res *Result) {
 		res.Stuck[r.deployment]++
 		for _, p := range r.pods {
 			if !p.bound() {
-				res.StuckPods = append(res.StuckPods, p.stuck())
+				msg, on := p.stuck()
+				res.StuckPods = append(res.StuckPods, msg)
+				res.StuckOn[on]++
 			}
 		}
 	}

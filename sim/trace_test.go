@@ -200,4 +200,7 @@ func TestStuckPodSaysItLacksCPU(t *testing.T) {
 	if len(res.StuckPods) != 1 || !strings.Contains(res.StuckPods[0], want) {
 		t.Errorf("stuck pods %q, want one containing %q", res.StuckPods, want)
 	}
+	if got := res.StuckOn[StuckOnResources]; got != 1 {
+		t.Errorf("%d pods held by cpu or memory, want 1 (%v)", got, res.StuckOn)
+	}
 }
