@@ -117,21 +117,22 @@ func (sc Scenario) Config(m Mode, b Binder, rec Reconciler) Config {
 	if a.Enabled && sc.AgentStopsAfter > 0 {
 		a.StopAfter = sc.AgentStopsAfter
 	}
-	size := sc.ImageSize
-	switch {
-	case size == 0:
-		size = DefaultImageSize
-	case size < 0:
-		size = 0
+	return Config{
+		Clusters: sc.Clusters, Events: sc.Events, Rounds: sc.Rounds, Tick: sc.Tick, Agent: a, Binder: b, Seed: 1, Reconciler: rec,
+		Image: DefaultImage, ImageSize: orDefault(sc.ImageSize, DefaultImageSize), ImagePull: orDefault(sc.ImagePull, DefaultImagePull),
 	}
-	pull := sc.ImagePull
+}
+
+// orDefault reads a scenario's setting where zero means the default and a
+// negative value means none: the default, zero, or the value.
+func orDefault[T int64 | time.Duration](v, def T) T {
 	switch {
-	case pull == 0:
-		pull = DefaultImagePull
-	case pull < 0:
-		pull = 0
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
 	}
-	return Config{Clusters: sc.Clusters, Events: sc.Events, Rounds: sc.Rounds, Tick: sc.Tick, Agent: a, Binder: b, Seed: 1, Reconciler: rec, Image: DefaultImage, ImageSize: size, ImagePull: pull}
+	return v
 }
 
 // Pools of the scenarios: 8 nodes each, two per cluster, four clusters.

@@ -168,13 +168,8 @@ func run(o options) error {
 	if notes != "" {
 		table.WriteString("\n" + notes + "\n")
 	}
-	var stuck bytes.Buffer
-	if err := sim.WriteStuck(&stuck, rows); err != nil {
+	if err := writeStuck(&table, rows, "Pods Pending at the end of a run, and what each needs. The function placed each replica on a pool whose nodes it assumed had the GPUs (assumedBinding); either the cluster's binder spread or packed differently and no node has them, or the nodes with them lack the cpu or memory the pod requests, which the function does not see (it charges devices only). A placed replica is retained whatever capacity says (contract 4.1, Retain; 4.4, Stability) until it has waited replaceUnscheduledAfter (15m by default) with PodsScheduled False; 4.5 then re-places it on another pool where it fits, if one does (on a full fleet none does):"); err != nil {
 		return err
-	}
-	if stuck.Len() > 0 {
-		table.WriteString("\nPods Pending at the end of a run, and what each needs. The function placed each replica on a pool whose nodes it assumed had the GPUs (assumedBinding); either the cluster's binder spread or packed differently and no node has them, or the nodes with them lack the cpu or memory the pod requests, which the function does not see (it charges devices only). A placed replica is retained whatever capacity says (contract 4.1, Retain; 4.4, Stability) until it has waited replaceUnscheduledAfter (15m by default) with PodsScheduled False; 4.5 then re-places it on another pool where it fits, if one does (on a full fleet none does):\n\n")
-		table.Write(stuck.Bytes())
 	}
 	if _, err := os.Stdout.Write(table.Bytes()); err != nil {
 		return err
@@ -234,13 +229,8 @@ func runReplacing(o options) error {
 	if err := sim.WriteReplacing(&doc, rows); err != nil {
 		return err
 	}
-	var stuck bytes.Buffer
-	if err := sim.WriteStuck(&stuck, rows); err != nil {
+	if err := writeStuck(&doc, rows, "Pods Pending at the end:"); err != nil {
 		return err
-	}
-	if stuck.Len() > 0 {
-		doc.WriteString("\nPods Pending at the end:\n\n")
-		doc.Write(stuck.Bytes())
 	}
 	if _, err := os.Stdout.Write(doc.Bytes()); err != nil {
 		return err
@@ -374,6 +364,20 @@ func scenarios(o options) ([]sim.Scenario, string, error) {
 		return nil, "", fmt.Errorf("no scenario %q", o.only)
 	}
 	return out, notes, nil
+}
+
+// writeStuck appends, under heading, what holds every pod Pending at the
+// end of the runs; nothing when none is.
+func writeStuck(doc *bytes.Buffer, rows []sim.Row, heading string) error {
+	var stuck bytes.Buffer
+	if err := sim.WriteStuck(&stuck, rows); err != nil {
+		return err
+	}
+	if stuck.Len() > 0 {
+		doc.WriteString("\n" + heading + "\n\n")
+		doc.Write(stuck.Bytes())
+	}
+	return nil
 }
 
 // common reads the options every kind of run takes: the binders, the modes

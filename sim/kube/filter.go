@@ -79,7 +79,7 @@ func (c *Cluster) filter(ctx context.Context, cy *cycle, n *Node) (string, []res
 	if ok, _ := cy.affinity.Match(node); !ok {
 		return reasonSelector, nil, nil
 	}
-	if reason := n.fits(p); reason != "" {
+	if reason := n.ResourcesFit(p); reason != "" {
 		return reason, nil, nil
 	}
 	if c.antiAffinityRejects(p, n) {
@@ -111,13 +111,10 @@ func (c *Cluster) filter(ctx context.Context, cy *cycle, n *Node) (string, []res
 	return "", results, nil
 }
 
-// ResourcesFit is NodeResourcesFit's reason for rejecting the pod on the
-// node ("Insufficient cpu", say), or "" when the node has room for it.
-func (n *Node) ResourcesFit(p *Pod) string { return n.fits(p) }
-
-// fits is NodeResourcesFit's filter: room for one more pod, and for its
-// cpu and memory requests.
-func (n *Node) fits(p *Pod) string {
+// ResourcesFit is NodeResourcesFit's filter: room for one more pod, and
+// for its cpu and memory requests. It returns the reason it rejects the pod
+// ("Insufficient cpu", say), or "" when the node has room for it.
+func (n *Node) ResourcesFit(p *Pod) string {
 	if int64(len(n.Pods))+1 > n.pods {
 		return reasonPods
 	}
