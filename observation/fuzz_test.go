@@ -184,8 +184,8 @@ func judge(p *v1alpha1.GPUPool, now time.Time, maxAge time.Duration) verdict {
 	if !ok {
 		return bad("observedAt not a string")
 	}
-	observedAt, err := time.Parse(time.RFC3339, s)
-	if err != nil {
+	observedAt, ok := rfc3339(s)
+	if !ok {
 		return bad("observedAt not RFC 3339")
 	}
 	if observedAt.Sub(now) > maxAge {
@@ -282,4 +282,29 @@ func whole(v any) (int64, bool) {
 		return 0, false
 	}
 	return int64(f), true
+}
+
+// rfc3339 reads a time as RFC 3339 section 5.6 writes it, stated apart from
+// ParseTime: the date-time separator "T" and the "Z" of UTC may be lower
+// case, and a leap second (:60) is the next second.
+func rfc3339(s string) (time.Time, bool) {
+	b := []byte(s)
+	if len(b) > 10 && b[10] == 't' {
+		b[10] = 'T'
+	}
+	if n := len(b); n > 0 && b[n-1] == 'z' {
+		b[n-1] = 'Z'
+	}
+	leap := len(b) >= 19 && b[10] == 'T' && string(b[17:19]) == "60"
+	if leap {
+		b[17], b[18] = '5', '9'
+	}
+	t, err := time.Parse(time.RFC3339, string(b))
+	if err != nil {
+		return time.Time{}, false
+	}
+	if leap {
+		t = t.Add(time.Second)
+	}
+	return t, true
 }
