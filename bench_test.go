@@ -24,11 +24,13 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
 	"github.com/modelplaneai/fleet-scheduler/internal/assume"
 	"github.com/modelplaneai/fleet-scheduler/internal/benchfleet"
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 	"github.com/modelplaneai/fleet-scheduler/sim"
 )
@@ -172,7 +174,7 @@ type benchServer struct {
 
 func newBenchServer() *benchServer {
 	return &benchServer{
-		fn:    &Function{now: func() time.Time { return benchNow }, fleet: fleet.NewReader(), selectors: scheduling.NewSelectors()},
+		fn:    &Function{now: func() time.Time { return benchNow }, fleet: fleet.NewReader(), planner: plan.Planner{Selectors: scheduling.NewSelectors()}},
 		codec: codec.New(requiredClusters, requiredReplicas),
 	}
 }
@@ -385,16 +387,13 @@ func TestRequestBytesPerReplica(t *testing.T) {
 // RunFunction: the simulated fleet goes in as a RunFunctionRequest, the
 // desired ModelReplicas come back out of the response.
 type runFunctionReconciler struct {
-	binding scheduling.Binding
-	maxAge  time.Duration
+	input v1beta1.Input
 }
 
 func (r runFunctionReconciler) Reconcile(d *v1alpha1.ModelDeployment, clusters []*v1alpha1.InferenceCluster, replicas []*v1alpha1.ModelReplica, now time.Time) ([]*v1alpha1.ModelReplica, error) {
-	input := mustStruct(map[string]any{
-		"apiVersion": "scheduler.fn.modelplane.ai/v1beta1", "kind": "Input",
-		"assumedBinding": string(r.binding), "observationMaxAge": r.maxAge.String(),
-	})
-	rsp, err := runOnce(fleetRequest(d, clusters, replicas, input), now)
+	in := r.input
+	in.APIVersion, in.Kind = "scheduler.fn.modelplane.ai/v1beta1", "Input"
+	rsp, err := runOnce(fleetRequest(d, clusters, replicas, mustStruct(in)), now)
 	if err != nil {
 		return nil, err
 	}
@@ -445,11 +444,14 @@ func TestFleetSimThroughRunFunction(t *testing.T) {
 		b, m := run.binder, run.mode
 		t.Run(string(b)+"/"+m.Name, func(t *testing.T) {
 			t.Parallel()
-			want, err := sim.Run(sc.Config(m, b, sim.Direct{Binding: sim.AssumedBinding(b), MaxAge: 2 * time.Minute}))
+			// One input, read by one planner on both paths.
+			in := sim.Input(sim.AssumedBinding(b))
+			in.ObservationMaxAge = new("2m")
+			want, err := sim.Run(sc.Config(m, b, sim.Direct{Input: in}))
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := sim.Run(sc.Config(m, b, runFunctionReconciler{binding: sim.AssumedBinding(b), maxAge: 2 * time.Minute}))
+			got, err := sim.Run(sc.Config(m, b, runFunctionReconciler{input: in}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -489,7 +491,7 @@ func BenchmarkConcurrentCalls(b *testing.B) {
 		b.Run(fmt.Sprintf("ledger=%t", ledger), func(b *testing.B) {
 			s := newBenchServer()
 			if ledger {
-				s.fn.assumed = assume.New(assume.DefaultTTL)
+				s.fn.planner.Ledger = assume.New(assume.DefaultTTL)
 			}
 			// Warm the caches once, as a running server's are.
 			for _, f := range frames {
@@ -510,7 +512,7 @@ func BenchmarkConcurrentCalls(b *testing.B) {
 			})
 			b.StopTimer()
 			if ledger {
-				b.ReportMetric(float64(s.fn.assumed.Len()), "assumed")
+				b.ReportMetric(float64(s.fn.planner.Ledger.Len()), "assumed")
 			}
 		})
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
@@ -467,7 +468,7 @@ func TestFirstCallAnswersAsWarm(t *testing.T) {
 	}
 	g := &fleetGen{rng: rand.New(rand.NewPCG(42, 7))}
 	var clock time.Time
-	warm := &Function{log: logging.NewNopLogger(), now: func() time.Time { return clock }, fleet: fleet.NewReader(), selectors: scheduling.NewSelectors()}
+	warm := &Function{log: logging.NewNopLogger(), now: func() time.Time { return clock }, fleet: fleet.NewReader(), planner: plan.Planner{Selectors: scheduling.NewSelectors()}}
 	for i := range n {
 		if i%4 == 0 {
 			g.newEpisode()

@@ -25,6 +25,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
@@ -87,7 +88,7 @@ func result(sev fnv1.Severity, msg string) *fnv1.Result {
 // finds the selectors the first compiled.
 func run(t *testing.T, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
 	t.Helper()
-	f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, selectors: scheduling.NewSelectors()}
+	f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, planner: plan.Planner{Selectors: scheduling.NewSelectors()}}
 	viaCodec := serve(t, f, req)
 	rsp, err := f.RunFunction(context.Background(), req)
 	if err != nil {

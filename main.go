@@ -15,6 +15,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/assume"
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
@@ -39,7 +40,7 @@ type CLI struct {
 	MaxRecvMessageSize   int           `default:"${max_recv_message_size}"                                                                   help:"Maximum size of received messages in MB; the default holds a request carrying 10,000 ModelReplicas."`
 	MetricsAddress       string        `default:":8080"                                                                                      help:"Address at which to serve Prometheus metrics; empty serves none."`
 	MaxConcurrentStreams uint32        `default:"${max_concurrent_streams}"                                                                  help:"Most calls in flight on each client connection (HTTP/2 streams; Crossplane holds one connection per function pod). Calls over it wait in the client, up to their deadline, before sending their request. 0 for no cap."`
-	AssumedPlacementTTL  time.Duration `default:"2m"                                                                                         help:"How long to charge, to other deployments' calls, a replica this server composed that the fleet does not show yet (CONTRACT 4.6); 0 assumes nothing."`
+	AssumedPlacementTTL  time.Duration `default:"2m"                                                                                         help:"How long to charge, to other deployments' calls, a replica this server composed that the fleet does not show yet (docs/spec.md#assumed-placements); 0 assumes nothing."`
 	ObjectCache          bool          `default:"true"                                                                                       help:"Keep what was read of each InferenceCluster and ModelReplica between calls, by uid and resourceVersion. Turn it off (--no-object-cache) when rendering fixtures edited without a new resourceVersion."                  negatable:""`
 }
 
@@ -69,9 +70,9 @@ func (c *CLI) Run() error {
 // with objectCache false), and no placement assumed yet (none ever with a
 // zero assumedTTL).
 func newFunction(log logging.Logger, objectCache bool, assumedTTL time.Duration) *Function {
-	fn := &Function{log: log, selectors: scheduling.NewSelectors()}
+	fn := &Function{log: log, planner: plan.Planner{Selectors: scheduling.NewSelectors()}}
 	if assumedTTL > 0 {
-		fn.assumed = assume.New(assumedTTL)
+		fn.planner.Ledger = assume.New(assumedTTL)
 	}
 	if objectCache {
 		fn.fleet = fleet.NewReader()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -16,65 +15,28 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
-	"github.com/modelplaneai/fleet-scheduler/scheduling"
+	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 )
 
-// options is the validated function input.
-type options struct {
-	maxAge       time.Duration
-	binding      scheduling.Binding
-	replaceAfter time.Duration
-}
+// Names of the required resources; a Composition's render fixtures use
+// them (docs/spec.md#required-resources).
+const (
+	requiredClusters = "clusters"
+	requiredReplicas = "all-replicas"
+	requiredCache    = "cache"
+)
 
-// readInput reads and validates the optional Input. Errors name the field.
-func readInput(req *fnv1.RunFunctionRequest) (options, error) {
-	opts := options{binding: scheduling.Binding(v1beta1.DefaultAssumedBinding)}
-	maxAge, _ := time.ParseDuration(v1beta1.DefaultObservationMaxAge)
-	opts.maxAge = maxAge
-	replaceAfter, _ := time.ParseDuration(v1beta1.DefaultReplaceUnscheduledAfter)
-	opts.replaceAfter = replaceAfter
+// readInput reads the optional function input, every default applied.
+// Errors name the field.
+func readInput(req *fnv1.RunFunctionRequest) (plan.Settings, error) {
 	if req.GetInput() == nil {
-		return opts, nil
+		return plan.Defaults(), nil
 	}
 	in, err := decodeStruct[v1beta1.Input](req.GetInput(), "Function input")
 	if err != nil {
-		return opts, err
+		return plan.Defaults(), err
 	}
-	var errs field.ErrorList
-	if in.ObservationMaxAge != nil {
-		d, err := time.ParseDuration(*in.ObservationMaxAge)
-		switch {
-		case err != nil:
-			errs = append(errs, field.Invalid(field.NewPath("observationMaxAge"), *in.ObservationMaxAge, "must be a duration such as 5m or 90s"))
-		case d <= 0:
-			errs = append(errs, field.Invalid(field.NewPath("observationMaxAge"), *in.ObservationMaxAge, "must be positive"))
-		default:
-			opts.maxAge = d
-		}
-	}
-	if in.ReplaceUnscheduledAfter != nil {
-		d, err := time.ParseDuration(*in.ReplaceUnscheduledAfter)
-		switch {
-		case err != nil:
-			errs = append(errs, field.Invalid(field.NewPath("replaceUnscheduledAfter"), *in.ReplaceUnscheduledAfter, "must be a duration such as 15m or 1h, or 0s to turn re-placing off"))
-		case d < 0:
-			errs = append(errs, field.Invalid(field.NewPath("replaceUnscheduledAfter"), *in.ReplaceUnscheduledAfter, "must not be negative"))
-		default:
-			opts.replaceAfter = d
-		}
-	}
-	if in.AssumedBinding != nil {
-		switch b := *in.AssumedBinding; b {
-		case v1beta1.AssumedBindingMostFree, v1beta1.AssumedBindingLeastFree:
-			opts.binding = scheduling.Binding(b)
-		default:
-			errs = append(errs, field.NotSupported(field.NewPath("assumedBinding"), string(b), []string{string(v1beta1.AssumedBindingMostFree), string(v1beta1.AssumedBindingLeastFree)}))
-		}
-	}
-	if len(errs) > 0 {
-		return opts, fmt.Errorf("invalid Function input: %w", errs.ToAggregate())
-	}
-	return opts, nil
+	return plan.Read(in)
 }
 
 // readXR reads the observed ModelDeployment and refuses what the scheduler

@@ -28,6 +28,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
@@ -69,7 +70,7 @@ func TestServe(t *testing.T) {
 		t.Fatalf("serveOptions(...): %v", err)
 	}
 	requests := codec.New(requiredClusters, requiredReplicas)
-	fn := &Function{log: logging.NewNopLogger(), now: func() time.Time { return benchNow }, fleet: fleet.NewReader(), selectors: scheduling.NewSelectors()}
+	fn := &Function{log: logging.NewNopLogger(), now: func() time.Time { return benchNow }, fleet: fleet.NewReader(), planner: plan.Planner{Selectors: scheduling.NewSelectors()}}
 	srv := newServer(so, requests, fn, defaultMaxConcurrentStreams)
 	served := make(chan error, 1)
 	go func() { served <- listenAndServe(logging.NewNopLogger(), so, srv) }()
