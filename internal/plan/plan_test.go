@@ -163,8 +163,9 @@ func TestPlanAssumedPlacements(t *testing.T) {
 // cancelAfterPlanning is a context whose caller goes while the call is
 // planned: not done when planning starts, done when it ends.
 type cancelAfterPlanning struct {
-	context.Context //nolint:containedctx // A test double of a context.
-	asked           int
+	context.Context
+
+	asked int
 }
 
 func (c *cancelAfterPlanning) Err() error {
