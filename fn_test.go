@@ -304,7 +304,7 @@ func replicaObject(deployment, name string, cluster, engines, conditions any) ma
 }
 
 // TestRunFunctionUnreadableObjects: an InferenceCluster or a ModelReplica
-// that does not read never stops the rest of the fleet (CONTRACT 4.4). It
+// that does not read never stops the rest of the fleet (docs/spec.md#bad-input). It
 // is warned of by name and field; the deployment's own replica, or one on a
 // cluster that does not read, stays desired exactly as observed; another
 // deployment's is charged conservatively; only the XR and the input are

@@ -1,7 +1,7 @@
 // Package agent computes what a cluster agent publishes for each GPU pool
 // of its cluster, for fleet-scheduler to fit replicas against free devices
 // instead of whole nodes: status.gpuPools[].observedNodes, observedAt and
-// nodesByFreeDevices on the InferenceCluster (CONTRACT 2.3). An agent, or
+// nodesByFreeDevices on the InferenceCluster (docs/spec.md#pool-reports). An agent, or
 // the fleet simulator, gives PoolReport the pool's description and its
 // view of the cluster, and publishes the Report it returns.
 //

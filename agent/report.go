@@ -70,7 +70,7 @@ type Free struct {
 	Count int64  `json:"count"`
 }
 
-// PoolReport computes the pool's report from the view, as CONTRACT 2.3
+// PoolReport computes the pool's report from the view, as docs/spec.md#computing-a-pool-report
 // defines it. It returns an error for a pool description or a view it
 // cannot read (naming the object and the field), or when the allocator
 // fails; never a report it could not compute in full. It changes nothing

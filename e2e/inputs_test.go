@@ -108,7 +108,7 @@ func (in inputs) ours(r *unstructured.Unstructured) bool {
 	return r.GetLabels()[labelDeployment] == in.xr.GetName() && r.GetNamespace() == in.xr.GetNamespace()
 }
 
-// replicaName is CONTRACT section 3's metadata.name of a replica.
+// replicaName is docs/spec.md#composed-modelreplicas's metadata.name of a replica.
 func replicaName(deployment, cluster string, index int) string {
 	sum := sha256.Sum256([]byte(deployment + "-" + cluster + "-" + strconv.Itoa(index)))
 	prefix := deployment

@@ -2,7 +2,7 @@ package scheduling
 
 import "time"
 
-// CONTRACT 4.3, the counted rule: a replica is already counted by a pool's
+// The counted rule (docs/spec.md#the-counted-rule): a replica is already counted by a pool's
 // histogram when its PodsScheduled became True strictly before the pool was
 // observed. Every other replica that holds the pool is charged against it.
 // No guessed time window.

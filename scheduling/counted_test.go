@@ -30,7 +30,7 @@ func TestCountedBefore(t *testing.T) {
 			wantCounted: true,
 		},
 		"ScheduledWhenObserved": {
-			reason:     "A replica scheduled at the very time of a report is not counted by it: strictly before, as CONTRACT 4.3 says.",
+			reason:     "A replica scheduled at the very time of a report is not counted by it: strictly before, as docs/spec.md#the-counted-rule says.",
 			cluster:    Cluster{Object: twoPools, Observed: map[string]*PoolObservation{"p": obs(t2), "q": obs(t1)}},
 			wantBefore: t1,
 			wantOK:     true,

@@ -170,7 +170,7 @@ func run(o options) error {
 	if notes != "" {
 		table.WriteString("\n" + notes + "\n")
 	}
-	if err := writeStuck(&table, rows, "Pods Pending at the end of a run, and what each needs. The function placed each replica on a pool whose nodes it assumed had the GPUs (assumedBinding); either the cluster's binder spread or packed differently and no node has them, or the nodes with them lack the cpu or memory the pod requests, which the function does not see (it charges devices only). A placed replica is retained whatever capacity says (contract 4.1, Retain; 4.4, Stability) until it has waited replaceUnscheduledAfter (15m by default) with PodsScheduled False; 4.5 then re-places it on another pool where it fits, if one does (on a full fleet none does):"); err != nil {
+	if err := writeStuck(&table, rows, "Pods Pending at the end of a run, and what each needs. The function placed each replica on a pool whose nodes it assumed had the GPUs (assumedBinding); either the cluster's binder spread or packed differently and no node has them, or the nodes with them lack the cpu or memory the pod requests, which the function does not see (it charges devices only). A placed replica is retained whatever capacity says (docs/spec.md#retaining, docs/spec.md#invariants) until it has waited replaceUnscheduledAfter (15m by default) with PodsScheduled False; re-placing (docs/spec.md#re-placing) then re-places it on another pool where it fits, if one does (on a full fleet none does):"); err != nil {
 		return err
 	}
 	if _, err := os.Stdout.Write(table.Bytes()); err != nil {

@@ -122,7 +122,7 @@ func pools(u *unstructured.Unstructured) int {
 }
 
 // replicaName is Modelplane's name of a deployment's replica on a cluster
-// (CONTRACT 3), written here from the contract, not from the function's code.
+// (docs/spec.md#composed-modelendpoints), written here from the specification, not from the function's code.
 func replicaName(deployment, cluster string, index int) string {
 	sum := sha256.Sum256([]byte(deployment + "-" + cluster + "-" + strconv.Itoa(index)))
 	return strings.TrimRight(deployment[:min(len(deployment), 57)], "-") + "-" + hex.EncodeToString(sum[:])[:5]

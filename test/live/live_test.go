@@ -308,7 +308,7 @@ type endpointView struct {
 }
 
 // endpoint is the ModelEndpoint of qwen3-8b's replica at (cluster, index),
-// routed through the cluster's gateway host (CONTRACT 3).
+// routed through the cluster's gateway host (docs/spec.md#composed-modelendpoints).
 func endpoint(cluster string, index int, host string) endpointView {
 	name := replicaName(deployment, cluster, index)
 	path := "/" + namespace + "/" + name + "/"

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"go/ast"
 	"go/types"
@@ -135,7 +136,7 @@ type pkg struct {
 // goModules are the directories of the repository's modules that hold Go
 // code, relative to root.
 func goModules(root string) ([]string, error) {
-	out, err := exec.Command("git", "-C", root, "ls-files", "--cached", "--others", "--exclude-standard", "*go.mod").Output()
+	out, err := exec.CommandContext(context.Background(), "git", "-C", root, "ls-files", "--cached", "--others", "--exclude-standard", "*go.mod").Output()
 	if err != nil {
 		return nil, fmt.Errorf("cannot list the repository's modules: %w", err)
 	}
@@ -183,7 +184,7 @@ func loadPackages(root string, modules []string) ([]pkg, error) {
 		byPath := map[string]*pkg{}
 		for _, p := range pkgs {
 			if len(p.Errors) > 0 {
-				return nil, fmt.Errorf("cannot list package %s: %v", p.PkgPath, p.Errors[0])
+				return nil, fmt.Errorf("cannot list package %s: %w", p.PkgPath, p.Errors[0])
 			}
 			path := strings.TrimSuffix(strings.TrimSuffix(p.PkgPath, "_test"), ".test")
 			rel := strings.TrimPrefix(strings.TrimPrefix(path, modulePath), "/")
@@ -363,7 +364,7 @@ func rootTies(root string) (map[string][]string, error) {
 	}
 	p := pkgs[0]
 	if len(p.Errors) > 0 {
-		return nil, fmt.Errorf("cannot load the root package: %v", p.Errors[0])
+		return nil, fmt.Errorf("cannot load the root package: %w", p.Errors[0])
 	}
 	fileOf := func(obj types.Object) string {
 		return filepath.Base(p.Fset.Position(obj.Pos()).Filename)

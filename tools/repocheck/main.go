@@ -17,8 +17,7 @@ import (
 
 func main() {
 	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "usage: repocheck [REPOSITORY]")
-		flag.PrintDefaults()
+		_, _ = fmt.Fprintln(flag.CommandLine.Output(), "usage: repocheck [REPOSITORY]")
 	}
 	flag.Parse()
 	root := "."

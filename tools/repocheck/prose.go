@@ -13,9 +13,6 @@ import (
 // have.
 const maxWords = 60
 
-// proseFiles are the documents whose sentences are held to maxWords.
-var proseFiles = []string{"README.md", specPath}
-
 var (
 	htmlComment = regexp.MustCompile(`(?s)<!--.*?-->`)
 	// sentenceEnd ends a sentence: a full stop, question or exclamation
@@ -49,9 +46,9 @@ func sentences(text string) []string {
 		case fenced:
 		case trimmed == "", strings.HasPrefix(trimmed, "#"), strings.HasPrefix(trimmed, "|"):
 			flush()
-		case strings.HasPrefix(trimmed, "- "), strings.HasPrefix(trimmed, "* "), listNumber.MatchString(trimmed):
+		case listItem.MatchString(trimmed):
 			flush()
-			para = append(para, trimmed)
+			para = append(para, listItem.ReplaceAllString(trimmed, ""))
 		default:
 			para = append(para, trimmed)
 		}
@@ -60,7 +57,8 @@ func sentences(text string) []string {
 	return out
 }
 
-var listNumber = regexp.MustCompile(`^\d+\.\s`)
+// listItem is the marker of a list item, which starts a sentence.
+var listItem = regexp.MustCompile(`^([-*]|\d+\.)\s+`)
 
 func splitSentences(text string) []string {
 	var out []string
@@ -74,10 +72,11 @@ func splitSentences(text string) []string {
 	}
 }
 
-// checkSentences finds every sentence over maxWords words.
+// checkSentences finds every sentence over maxWords words in the README
+// and the specification.
 func checkSentences(root string) ([]string, error) {
 	var problems []string
-	for _, f := range proseFiles {
+	for _, f := range []string{"README.md", specPath} {
 		b, err := os.ReadFile(filepath.Join(root, f))
 		if err != nil {
 			return nil, fmt.Errorf("cannot read %s: %w", f, err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -71,7 +72,7 @@ func anchors(text string) map[string]bool {
 // trackedTextFiles are the repository's files, committed or not, that are
 // not ignored and hold no NUL byte.
 func trackedTextFiles(root string) (map[string][]byte, error) {
-	out, err := exec.Command("git", "-C", root, "ls-files", "--cached", "--others", "--exclude-standard", "-z").Output()
+	out, err := exec.CommandContext(context.Background(), "git", "-C", root, "ls-files", "--cached", "--others", "--exclude-standard", "-z").Output()
 	if err != nil {
 		return nil, fmt.Errorf("cannot list the repository's files: %w", err)
 	}
