@@ -22,7 +22,7 @@ import (
 
 // defaultMaxRecvMessageSizeMB holds a RunFunctionRequest carrying 10,000
 // ModelReplicas (about 37 MiB at a measured 3,773 bytes each) with room to
-// spare; see the README's Message size section.
+// spare (docs/overview.md, Message size).
 const defaultMaxRecvMessageSizeMB = 64
 
 // defaultMaxConcurrentStreams is how many calls a connection may have in
