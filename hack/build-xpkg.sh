@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# Builds fleet-scheduler's Crossplane package without a Docker engine:
+# Builds fleet-scheduler's Crossplane packages without a Docker engine, the
+# function's and the relay's (cmd/relay):
 #
-#   1. the function binary, static (CGO_ENABLED=0), for each architecture;
+#   1. each binary, static (CGO_ENABLED=0), for each architecture;
 #   2. its runtime image, from scratch, with tools/image (go-containerregistry):
 #      /function as entrypoint, port 9443, user nonroot (65532);
 #   3. the package: `crossplane xpkg build` of package/ (crossplane.yaml and the
-#      Input CRD in package/input/) with that image embedded.
+#      Input CRD in package/input/), or of cmd/relay/package/ for the relay,
+#      with that image embedded.
 #
 # Output (gitignored):
 #   _output/bin/linux_<arch>/function     the function binary
-#   _output/image/runtime-<arch>.tar      the runtime image tarball
+#   _output/bin/linux_<arch>/relay        the relay binary
+#   _output/image/runtime-<arch>.tar      the function's runtime image tarball
+#   _output/image/relay-runtime-<arch>.tar
 #   _output/xpkg/fleet-scheduler-<arch>.xpkg
+#   _output/xpkg/fleet-scheduler-relay-<arch>.xpkg
 #
 # Environment:
 #   ARCHS              architectures to build (default "amd64 arm64")
@@ -18,7 +23,8 @@
 #   CROSSPLANE         crossplane CLI (default bin/crossplane, built if absent)
 #   SOURCE_DATE_EPOCH  image creation time (default: the HEAD commit's time)
 #
-# Push the result with ./hack/push-xpkg.sh REGISTRY/REPOSITORY:vX.Y.Z.
+# Push the results with ./hack/push-xpkg.sh REGISTRY/REPOSITORY:vX.Y.Z (and
+# PACKAGE=fleet-scheduler-relay for the relay's).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -60,5 +66,15 @@ for arch in $archs; do
 		--tag="fleet-scheduler-runtime:$arch" \
 		--source=https://github.com/modelplaneai/fleet-scheduler --revision="$revision"
 	"$crossplane" xpkg build --package-root=package --embed-runtime-image-tarball="$img" -o "$pkg"
+	echo "build-xpkg: $pkg ($(du -h "$pkg" | cut -f1))"
+
+	bin="$out/bin/linux_$arch/relay"
+	img="$out/image/relay-runtime-$arch.tar"
+	pkg="$out/xpkg/fleet-scheduler-relay-$arch.xpkg"
+	CGO_ENABLED=0 GOOS=linux GOARCH="$arch" go build -trimpath -ldflags="-s -w" -o "$bin" ./cmd/relay
+	"$out/bin/build-image" --binary="$bin" --arch="$arch" --output="$img" \
+		--tag="fleet-scheduler-relay-runtime:$arch" \
+		--source=https://github.com/modelplaneai/fleet-scheduler --revision="$revision"
+	"$crossplane" xpkg build --package-root=cmd/relay/package --embed-runtime-image-tarball="$img" -o "$pkg"
 	echo "build-xpkg: $pkg ($(du -h "$pkg" | cut -f1))"
 done

@@ -3,6 +3,7 @@
 # package, to an OCI registry:
 #
 #   ./hack/push-xpkg.sh xpkg.example.com/platform/fleet-scheduler:v0.1.0
+#   PACKAGE=fleet-scheduler-relay ./hack/push-xpkg.sh xpkg.example.com/platform/fleet-scheduler-relay:v0.1.0
 #
 # The tag must be a semantic version. Credentials come from `crossplane xpkg
 # login` or the Docker config (~/.docker/config.json), as for `crossplane xpkg
@@ -19,6 +20,6 @@ crossplane=${CROSSPLANE:-$root/bin/crossplane}
 
 files=()
 for arch in ${ARCHS:-amd64 arm64}; do
-	files+=("$out/xpkg/fleet-scheduler-$arch.xpkg")
+	files+=("$out/xpkg/${PACKAGE:-fleet-scheduler}-$arch.xpkg")
 done
 "$crossplane" xpkg push -f "$(IFS=,; echo "${files[*]}")" "$1"

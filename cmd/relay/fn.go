@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/crossplane/function-sdk-go/logging"
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/crossplane/function-sdk-go/response"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/relay"
+)
+
+// requiredCluster is the required resource a ModelReplica's call asks for:
+// its InferenceCluster, by name.
+const requiredCluster = "cluster"
+
+// Function is the relay.
+type Function struct {
+	fnv1.UnimplementedFunctionRunnerServiceServer
+
+	log    logging.Logger
+	now    func() time.Time
+	margin time.Duration
+	maxAge time.Duration
+}
+
+// RunFunction relays for the XR of the call, an InferenceCluster or a
+// ModelReplica. Whatever the earlier steps of the pipeline desired is kept:
+// the relay adds Objects, the pools' reports and one condition.
+func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
+	rsp := response.To(req, response.DefaultTTL)
+	if rsp.Desired == nil {
+		rsp.Desired = &fnv1.State{}
+	}
+	xr := req.GetObserved().GetComposite().GetResource().AsMap()
+	apiVersion, _ := xr["apiVersion"].(string)
+	kind, _ := xr["kind"].(string)
+	var err error
+	switch {
+	case apiVersion == v1alpha1.APIVersion && kind == v1alpha1.KindInferenceCluster:
+		err = f.cluster(req, rsp, xr)
+	case apiVersion == v1alpha1.APIVersion && kind == v1alpha1.KindModelReplica:
+		err = f.replica(req, rsp, xr)
+	default:
+		err = fmt.Errorf("cannot relay for a %s %s: the relay is a step of InferenceCluster and ModelReplica Compositions", apiVersion, kind)
+	}
+	if err != nil {
+		response.Fatal(rsp, err)
+	}
+	return rsp, nil
+}
+
+// cluster relays the pools' reports of an InferenceCluster.
+func (f *Function) cluster(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr map[string]any) error {
+	in := relay.ClusterInput{Observed: xr, Composed: observedComposed(req)}
+	if s, ok := req.GetDesired().GetComposite().GetResource().AsMap()["status"].(map[string]any); ok {
+		in.DesiredStatus = s
+	}
+	out := relay.RelayCluster(in)
+	if out.Status != nil {
+		if err := setDesiredStatus(rsp, out.Status); err != nil {
+			return err
+		}
+	}
+	if err := setResources(rsp, out.Resources); err != nil {
+		return err
+	}
+	for _, w := range out.Warnings {
+		response.Warning(rsp, errors.New(w))
+	}
+	setCondition(rsp, out.Condition)
+	f.log.Debug("Relayed the pools' reports", "xr", name(xr), "condition", out.Condition.Reason)
+	return nil
+}
+
+// replica relays a ModelReplica's PodsScheduled.
+func (f *Function) replica(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr map[string]any) error {
+	r := &v1alpha1.ModelReplica{}
+	b, err := json.Marshal(xr)
+	if err != nil {
+		return fmt.Errorf("cannot read the ModelReplica: %w", err)
+	}
+	if err := json.Unmarshal(b, r); err != nil {
+		return fmt.Errorf("cannot read ModelReplica %s: %w", name(xr), err)
+	}
+	rsp.Requirements = &fnv1.Requirements{Resources: map[string]*fnv1.ResourceSelector{
+		requiredCluster: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindInferenceCluster, Match: &fnv1.ResourceSelector_MatchName{MatchName: r.Spec.ClusterName}},
+	}}
+	got, resolved := req.GetRequiredResources()[requiredCluster]
+	if !resolved {
+		// Crossplane calls again once it has fetched the cluster.
+		return nil
+	}
+	in := relay.ReplicaInput{Replica: r, Composed: observedComposed(req), Now: f.now(), Margin: f.margin, MaxAge: f.maxAge}
+	if items := got.GetItems(); len(items) > 0 {
+		in.Cluster = items[0].GetResource().AsMap()
+	}
+	out := relay.RelayReplica(in)
+	if err := setResources(rsp, out.Resources); err != nil {
+		return err
+	}
+	setCondition(rsp, out.Condition)
+	if out.TTL > 0 && out.TTL < response.DefaultTTL {
+		// Whole seconds, rounded up: never called before the margin passed.
+		rsp.Meta.Ttl = durationpb.New(max(time.Second, out.TTL.Truncate(time.Second)+time.Second))
+	}
+	f.log.Debug("Relayed PodsScheduled", "xr", name(xr), "status", out.Condition.Status, "reason", out.Condition.Reason, "ttl", rsp.GetMeta().GetTtl().AsDuration())
+	return nil
+}
+
+func name(xr map[string]any) string {
+	meta, _ := xr["metadata"].(map[string]any)
+	ns, _ := meta["namespace"].(string)
+	n, _ := meta["name"].(string)
+	if ns == "" {
+		return n
+	}
+	return ns + "/" + n
+}
+
+// observedComposed are the call's observed composed resources, by key.
+func observedComposed(req *fnv1.RunFunctionRequest) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for key, r := range req.GetObserved().GetResources() {
+		out[key] = r.GetResource().AsMap()
+	}
+	return out
+}
+
+// setDesiredStatus replaces the desired XR's status.
+func setDesiredStatus(rsp *fnv1.RunFunctionResponse, status map[string]any) error {
+	s, err := structpb.NewValue(status)
+	if err != nil {
+		return fmt.Errorf("cannot write the status: %w", err)
+	}
+	if rsp.Desired.Composite == nil {
+		rsp.Desired.Composite = &fnv1.Resource{}
+	}
+	if rsp.Desired.Composite.Resource == nil {
+		rsp.Desired.Composite.Resource = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	}
+	rsp.Desired.Composite.Resource.Fields["status"] = s
+	return nil
+}
+
+// setResources adds composed resources, each ready: an unready one would
+// keep the XR from being Ready, and fleet-scheduler places nothing on a
+// cluster that is not.
+func setResources(rsp *fnv1.RunFunctionResponse, resources map[string]map[string]any) error {
+	if rsp.Desired.Resources == nil {
+		rsp.Desired.Resources = map[string]*fnv1.Resource{}
+	}
+	for key, m := range resources {
+		s, err := structpb.NewStruct(m)
+		if err != nil {
+			return fmt.Errorf("cannot compose %s: %w", key, err)
+		}
+		rsp.Desired.Resources[key] = &fnv1.Resource{Resource: s, Ready: fnv1.Ready_READY_TRUE}
+	}
+	return nil
+}
+
+func setCondition(rsp *fnv1.RunFunctionResponse, c relay.Condition) {
+	var o *response.ConditionOption
+	switch c.Status {
+	case "True":
+		o = response.ConditionTrue(rsp, c.Type, c.Reason)
+	case "False":
+		o = response.ConditionFalse(rsp, c.Type, c.Reason)
+	default:
+		o = response.ConditionUnknown(rsp, c.Type, c.Reason)
+	}
+	if c.Message != "" {
+		o = o.WithMessage(c.Message)
+	}
+	o.TargetComposite()
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/structpb"
+	"sigs.k8s.io/yaml"
+
+	"github.com/crossplane/function-sdk-go/logging"
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+)
+
+func st(t *testing.T, s string) *structpb.Struct {
+	t.Helper()
+	var m map[string]any
+	if err := yaml.Unmarshal([]byte(s), &m); err != nil {
+		t.Fatal(err)
+	}
+	out, err := structpb.NewStruct(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func fn() *Function {
+	now := time.Date(2026, 10, 20, 20, 6, 30, 0, time.UTC)
+	return &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, margin: 5 * time.Second, maxAge: 5 * time.Minute}
+}
+
+func TestRunFunctionInferenceCluster(t *testing.T) {
+	req := &fnv1.RunFunctionRequest{
+		Observed: &fnv1.State{
+			Composite: &fnv1.Resource{Resource: st(t, `{apiVersion: modelplane.ai/v1alpha1, kind: InferenceCluster, metadata: {name: eks}}`)},
+			Resources: map[string]*fnv1.Resource{
+				"agent-crd-poolobservations":    {Resource: st(t, `status: {atProvider: {manifest: {status: {conditions: [{type: Established, status: "True"}]}}}}`)},
+				"agent-crd-replicaobservations": {Resource: st(t, `status: {atProvider: {manifest: {status: {conditions: [{type: Established, status: "True"}]}}}}`)},
+				"pool-observation-l4":           {Resource: st(t, `status: {atProvider: {manifest: {status: {observedNodes: 1, observedAt: "2026-10-20T20:06:00Z", nodesByFreeDevices: [{nodes: 1, free: [{name: gpu, count: 4}]}]}}}}`)},
+			},
+		},
+		Desired: &fnv1.State{
+			Composite: &fnv1.Resource{Resource: st(t, `
+apiVersion: modelplane.ai/v1alpha1
+kind: InferenceCluster
+status:
+  providerConfigRef: {name: eks-kubeconfig}
+  gpuPools: [{name: l4, nodes: 2, devices: [{name: gpu, driver: gpu.nvidia.com, count: 4}]}]
+`)},
+			Resources: map[string]*fnv1.Resource{"serving-stack": {Resource: st(t, `{apiVersion: modelplane.ai/v1alpha1, kind: ServingStack}`), Ready: fnv1.Ready_READY_TRUE}},
+		},
+	}
+	rsp, err := fn().RunFunction(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStatus := st(t, `
+providerConfigRef: {name: eks-kubeconfig}
+gpuPools: [{name: l4, nodes: 2, devices: [{name: gpu, driver: gpu.nvidia.com, count: 4}], observedNodes: 1, observedAt: "2026-10-20T20:06:00Z", nodesByFreeDevices: [{nodes: 1, free: [{name: gpu, count: 4}]}]}]
+`)
+	if diff := cmp.Diff(wantStatus, rsp.GetDesired().GetComposite().GetResource().GetFields()["status"].GetStructValue(), protocmp.Transform()); diff != "" {
+		t.Errorf("the desired status: the earlier step's, with l4's report: -want, +got:\n%s", diff)
+	}
+	var keys []string
+	for k, r := range rsp.GetDesired().GetResources() {
+		keys = append(keys, k)
+		if r.GetReady() != fnv1.Ready_READY_TRUE {
+			t.Errorf("desired resource %s is not marked ready", k)
+		}
+	}
+	if diff := cmp.Diff([]string{"agent-crd-poolobservations", "agent-crd-replicaobservations", "pool-observation-l4", "serving-stack"}, keys, cmp.Transformer("sort", sortStrings)); diff != "" {
+		t.Errorf("desired resources, the earlier step's kept: -want, +got:\n%s", diff)
+	}
+	want := []*fnv1.Condition{{Type: "PoolsObserved", Status: fnv1.Status_STATUS_CONDITION_TRUE, Reason: "AllPoolsReported", Target: fnv1.Target_TARGET_COMPOSITE.Enum()}}
+	if diff := cmp.Diff(want, rsp.GetConditions(), protocmp.Transform()); diff != "" {
+		t.Errorf("conditions: -want, +got:\n%s", diff)
+	}
+}
+
+func sortStrings(in []string) []string {
+	out := append([]string(nil), in...)
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+func TestRunFunctionModelReplica(t *testing.T) {
+	replica := `
+apiVersion: modelplane.ai/v1alpha1
+kind: ModelReplica
+metadata: {name: qwen-1a2b3, namespace: ml-team}
+spec:
+  clusterName: eks
+  engines: [{name: main, members: [{role: Standalone, nodePoolName: l4, deviceRequests: [{name: gpu, deviceClassName: gpu.nvidia.com, count: 1}]}]}]
+`
+	requirements := &fnv1.Requirements{Resources: map[string]*fnv1.ResourceSelector{
+		"cluster": {ApiVersion: "modelplane.ai/v1alpha1", Kind: "InferenceCluster", Match: &fnv1.ResourceSelector_MatchName{MatchName: "eks"}},
+	}}
+	t.Run("asks for its cluster first", func(t *testing.T) {
+		req := &fnv1.RunFunctionRequest{Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: st(t, replica)}}}
+		rsp, err := fn().RunFunction(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(requirements, rsp.GetRequirements(), protocmp.Transform()); diff != "" {
+			t.Errorf("requirements: -want, +got:\n%s", diff)
+		}
+		if len(rsp.GetConditions()) > 0 || len(rsp.GetDesired().GetResources()) > 0 {
+			t.Errorf("before the cluster is resolved: want no condition and nothing composed, got %v and %v", rsp.GetConditions(), rsp.GetDesired().GetResources())
+		}
+	})
+	t.Run("holds True for the margin, asking to be called when it has passed", func(t *testing.T) {
+		req := &fnv1.RunFunctionRequest{
+			Observed: &fnv1.State{
+				Composite: &fnv1.Resource{Resource: st(t, replica)},
+				Resources: map[string]*fnv1.Resource{"replica-observation": {Resource: st(t, `
+status: {atProvider: {manifest: {metadata: {generation: 1}, status: {conditions: [{type: PodsScheduled, status: "True", reason: PodsBound, observedGeneration: 1, lastTransitionTime: "2026-10-20T20:06:28Z"}]}}}}`)}},
+			},
+			RequiredResources: map[string]*fnv1.Resources{"cluster": {Items: []*fnv1.Resource{{Resource: st(t, `
+metadata: {name: eks}
+status: {providerConfigRef: {name: eks-kubeconfig}, gpuPools: [{name: l4, observedAt: "2026-10-20T20:06:20Z"}]}`)}}}},
+		}
+		rsp, err := fn().RunFunction(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := rsp.GetConditions()
+		if len(c) != 1 || c[0].GetType() != "PodsScheduled" || c[0].GetStatus() != fnv1.Status_STATUS_CONDITION_UNKNOWN || c[0].GetReason() != "AwaitingClockMargin" {
+			t.Errorf("want PodsScheduled Unknown AwaitingClockMargin, got %v", c)
+		}
+		// The agent's time 20:06:28 plus 5s is 3s after now: called again
+		// in 4s (whole seconds, rounded up).
+		if got := rsp.GetMeta().GetTtl().AsDuration(); got != 4*time.Second {
+			t.Errorf("TTL: want 4s, got %s", got)
+		}
+		if r := rsp.GetDesired().GetResources()["replica-observation"]; r == nil || r.GetReady() != fnv1.Ready_READY_TRUE {
+			t.Errorf("want the ReplicaObservation composed and ready, got %v", r)
+		}
+	})
+}
+
+func TestRunFunctionOtherKind(t *testing.T) {
+	req := &fnv1.RunFunctionRequest{Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: st(t, `{apiVersion: example.org/v1, kind: Other}`)}}}
+	rsp, err := fn().RunFunction(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rsp.GetResults()
+	if len(r) != 1 || r[0].GetSeverity() != fnv1.Severity_SEVERITY_FATAL || r[0].GetMessage() != "cannot relay for a example.org/v1 Other: the relay is a step of InferenceCluster and ModelReplica Compositions" {
+		t.Errorf("want one Fatal result naming the kind, got %v", r)
+	}
+}

@@ -1,0 +1,95 @@
+package relay
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/modelplaneai/fleet-scheduler/observation"
+)
+
+// FuzzRelayCluster feeds PoolObservation statuses of any shape through
+// RelayCluster: it never panics, every field the earlier steps wrote
+// other than the report stays as it was, and what it relays is within the
+// InferenceCluster schema's bounds.
+func FuzzRelayCluster(f *testing.F) {
+	for _, s := range []string{
+		l4Report,
+		`{"observedNodes": 1, "observedAt": "x", "nodesByFreeDevices": [{"nodes": 1, "free": [{"name": "gpu", "count": 1.5}]}]}`,
+		`{"observedNodes": -1}`, `[]`, `null`, `{"nodesByFreeDevices": {"a": 1}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, status []byte) {
+		var v any
+		if json.Unmarshal(status, &v) != nil {
+			return
+		}
+		o := map[string]any{"status": map[string]any{"atProvider": map[string]any{"manifest": map[string]any{"status": v}}}}
+		in := ClusterInput{DesiredStatus: y(t, clusterStatus), Composed: map[string]map[string]any{
+			KeyCRDPoolObservations: crd(t, "True"), KeyCRDReplicaObservations: crd(t, "True"), KeyPool("l4"): o,
+		}}
+		out := RelayCluster(in)
+		before := y(t, clusterStatus)["gpuPools"].([]any)
+		after := out.Status["gpuPools"].([]any)
+		for i := range before {
+			entry := after[i].(map[string]any)
+			rest := copyMap(entry)
+			report := map[string]any{}
+			for _, f := range reportFields {
+				if v, ok := rest[f]; ok {
+					report[f] = v
+				}
+				delete(rest, f)
+			}
+			if diff := cmp.Diff(before[i], rest); diff != "" {
+				t.Fatalf("pool %d: fields other than the report changed: -before, +after:\n%s", i, diff)
+			}
+			if len(report) > 0 {
+				if _, err := readReport(report); err != nil {
+					t.Fatalf("pool %d: relayed a report outside the schema's bounds: %v", i, err)
+				}
+			}
+		}
+	})
+}
+
+// FuzzRelayReplica feeds agent conditions of any shape through
+// RelayReplica: it never panics, and never turns PodsScheduled True before
+// its clock has passed the agent's time by the margin, unless the replica
+// was True since that time already.
+func FuzzRelayReplica(f *testing.F) {
+	f.Add(`{"type": "PodsScheduled", "status": "True", "lastTransitionTime": "2026-10-20T20:06:28Z"}`, int64(30))
+	f.Add(`{"type": "PodsScheduled", "status": "True", "lastTransitionTime": "2026-10-20T20:06:28z", "observedGeneration": "x"}`, int64(-5))
+	f.Add(`{"type": "PodsScheduled", "status": 1}`, int64(0))
+	f.Fuzz(func(t *testing.T, cond string, offset int64) {
+		var c any
+		if json.Unmarshal([]byte(cond), &c) != nil {
+			return
+		}
+		o := map[string]any{"status": map[string]any{"atProvider": map[string]any{"manifest": map[string]any{
+			"metadata": map[string]any{"generation": 1.0},
+			"status":   map[string]any{"conditions": []any{c}},
+		}}}}
+		now := agentTime.Add(time.Duration(offset) * time.Second)
+		out := RelayReplica(ReplicaInput{
+			Replica: l4Replica().Obj(), Cluster: inferenceCluster(t, agentTime.Format(time.RFC3339)),
+			Composed: map[string]map[string]any{KeyReplicaObservation: o},
+			Now:      now, Margin: margin, MaxAge: maxAge,
+		})
+		if out.Condition.Status != "True" {
+			return
+		}
+		m, _ := c.(map[string]any)
+		lt, _ := m["lastTransitionTime"].(string)
+		at, err := observation.ParseTime(lt)
+		if err != nil {
+			t.Fatalf("True from an agent time that does not parse: %q", lt)
+		}
+		if now.Before(at.Add(margin)) {
+			t.Fatalf("True at %s, before the agent's time %s plus the margin", now, at)
+		}
+	})
+}
