@@ -24,6 +24,8 @@ type CLI struct {
 	TLSCertsDir string `env:"TLS_SERVER_CERTS_DIR" help:"Directory containing server certs (tls.key, tls.crt) and the CA used to verify client certificates (ca.crt)." name:"tls-server-certs-dir"`
 	Insecure    bool   `help:"Run without mTLS credentials. If you supply this flag --tls-server-certs-dir will be ignored."`
 
+	MetricsAddress string `default:":8080" help:"Address at which to serve Prometheus metrics; empty serves none."`
+
 	ClockSkewMargin   time.Duration `default:"5s" help:"How far past the agent's time this clock must be before PodsScheduled turns True: at least 1s more than this clock may run ahead of Crossplane's (docs/spec.md#podsscheduled)."`
 	ObservationMaxAge time.Duration `default:"5m" help:"How old the newest report of a replica's pools may be for its PodsScheduled to be relayed; older, it is Unknown. Set it as fleet-scheduler's observationMaxAge."`
 	ClockOffset       time.Duration `default:"0s" help:"Added to this clock: for tests that skew it."                                                                                                        hidden:""`
@@ -44,7 +46,8 @@ func (c *CLI) Run() error {
 	return function.Serve(fn,
 		function.Listen(c.Network, c.Address),
 		function.MTLSCertificates(c.TLSCertsDir),
-		function.Insecure(c.Insecure))
+		function.Insecure(c.Insecure),
+		function.WithMetricsServer(c.MetricsAddress))
 }
 
 func main() {

@@ -1,6 +1,7 @@
-// Builds kube-apiserver and kube-controller-manager (for its garbage
-// collector, which finishes Crossplane's foreground deletions) for the live
-// tests (test/live) from k8s.io/kubernetes,
+// Builds kube-apiserver, kube-controller-manager (for its garbage
+// collector, which finishes Crossplane's foreground deletions, and a
+// workload cluster's deployment, replicaset and resourceclaim controllers)
+// and kube-scheduler for the live tests (test/live) from k8s.io/kubernetes,
 // which is not meant to be required: its go.mod requires every staging module
 // at v0.0.0 and replaces it with a directory of its own repository, which a
 // dependent does not see. So each staging module is replaced here with its
@@ -12,6 +13,7 @@ go 1.26.8
 tool (
 	k8s.io/kubernetes/cmd/kube-apiserver
 	k8s.io/kubernetes/cmd/kube-controller-manager
+	k8s.io/kubernetes/cmd/kube-scheduler
 )
 
 require (
