@@ -1,9 +1,7 @@
 package sim
 
 import (
-	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -15,16 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/composereplica"
 	"github.com/modelplaneai/fleet-scheduler/sim/kube"
-)
-
-// Labels of the simulated pods: which replica and engine they run, and the
-// gang (one copy of a multi-node engine) whose pods keep to distinct
-// nodes.
-const (
-	labelReplica = "modelplane.ai/replica"
-	labelEngine  = "modelplane.ai/engine"
-	labelGang    = "modelplane.ai/gang"
 )
 
 // pod is one pod of a replica, pinned to a pool, bound to a node or
@@ -68,17 +58,35 @@ func (r *replica) bound() bool {
 }
 
 // newReplica makes the pods of a ModelReplica the scheduler asked for, as
-// Modelplane's controllers on the cluster would: per engine copy and member
-// one pod (a Worker: worker.nodes pods) from the member's template, pinned
-// to its pool by node selector, with a ResourceClaim of its stamped device
-// requests. A Standalone engine's copies are one ReplicaSet's pods; a
-// gang's (a Leader with its Workers) are a StatefulSet's, with a required
-// anti-affinity that keeps them on distinct nodes.
-func newReplica(c *simCluster, obj *v1alpha1.ModelReplica, deployment string, seq int) (*replica, error) {
+// Modelplane v0.3 and the cluster's controllers would: compose-model-replica's
+// workloads (internal/composereplica, sized by opts), each pod its
+// Deployment's ReplicaSet or its LeaderWorkerSet's StatefulSets make, with
+// the claim the resourceclaim controller makes from its template. The
+// endpoint picker's pod is left out: it tolerates no GPU taint, so it runs
+// outside the GPU pools, which is all the simulator has.
+func newReplica(c *simCluster, obj *v1alpha1.ModelReplica, deployment string, seq int, opts composereplica.Options) (*replica, error) {
 	r := &replica{obj: obj, deployment: deployment, seq: seq, cluster: c}
-	for ei, e := range obj.Spec.Engines {
-		if err := r.addEngine(ei, e); err != nil {
+	composed, err := composereplica.Compose(obj, opts)
+	if err != nil {
+		return nil, err
+	}
+	pods, err := composereplica.Pods(composed)
+	if err != nil {
+		return nil, fmt.Errorf("cannot make the pods of replica %s: %w", obj.Metadata.Name, err)
+	}
+	owners := map[string]bool{}
+	for _, cp := range pods {
+		if cp.EndpointPicker {
+			continue
+		}
+		p, claim, err := binderPod(cp)
+		if err != nil {
 			return nil, fmt.Errorf("cannot make the pods of replica %s: %w", obj.Metadata.Name, err)
+		}
+		r.pods = append(r.pods, &pod{replica: r, pool: r.cluster.pool(cp.Pod.Spec.NodeSelector[composereplica.LabelPool]), claim: claim, kube: p})
+		if o := cp.Owner; !owners[o.Kind+"/"+o.Name] {
+			owners[o.Kind+"/"+o.Name] = true
+			r.owners = append(r.owners, ownerOf(cp.Pod.Namespace, o))
 		}
 	}
 	for _, o := range r.owners {
@@ -89,101 +97,48 @@ func newReplica(c *simCluster, obj *v1alpha1.ModelReplica, deployment string, se
 	return r, nil
 }
 
-// addEngine adds the pods of every copy of an engine, and their
-// controller.
-func (r *replica) addEngine(ei int, e v1alpha1.ReplicaEngine) error {
-	obj := r.obj
-	copies := int64(1)
-	if e.Copies != nil && *e.Copies > 0 {
-		copies = *e.Copies
-	}
-	gang := slices.ContainsFunc(e.Members, func(m v1alpha1.ReplicaMember) bool {
-		return m.Role == v1alpha1.RoleLeader || m.Role == v1alpha1.RoleWorker
-	})
-	selector := map[string]string{labelReplica: obj.Metadata.Name, labelEngine: e.Name}
-	owner := ownerOf(obj.Metadata.Namespace, fmt.Sprintf("%s-%d", obj.Metadata.Name, ei), selector, gang)
-	r.owners = append(r.owners, owner)
-	for cp := range copies {
-		gangID := ""
-		if gang {
-			// A label value: short, whatever the replica's name.
-			gangID = fmt.Sprintf("r%d-%d-%d", r.seq, ei, cp)
-		}
-		for mi, m := range e.Members {
-			n := int64(1)
-			if m.Role == v1alpha1.RoleWorker && m.Worker != nil {
-				n = m.Worker.Nodes
-			}
-			var claim int64
-			for _, dr := range m.DeviceRequests {
-				claim += dr.Count
-			}
-			for i := range n {
-				name := fmt.Sprintf("%s-%d-%d-%d-%d", obj.Metadata.Name, ei, cp, mi, i)
-				p, err := newPod(obj.Metadata.Namespace, name, m, selector, gangID, owner)
-				if err != nil {
-					return err
-				}
-				r.pods = append(r.pods, &pod{replica: r, pool: r.cluster.pool(m.NodePoolName), claim: claim, kube: p})
-			}
-		}
-	}
-	return nil
-}
-
-func ownerOf(ns, name string, selector map[string]string, gang bool) metav1.Object {
-	meta := metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "/" + name)}
-	sel := &metav1.LabelSelector{MatchLabels: selector}
-	if gang {
+// ownerOf is a pod's controller, as the binder reads it.
+func ownerOf(ns string, o composereplica.Owner) metav1.Object {
+	meta := metav1.ObjectMeta{Namespace: ns, Name: o.Name, UID: types.UID(ns + "/" + o.Kind + "/" + o.Name)}
+	sel := &metav1.LabelSelector{MatchLabels: o.Selector}
+	if o.Kind == "StatefulSet" {
 		return &appsv1.StatefulSet{ObjectMeta: meta, Spec: appsv1.StatefulSetSpec{Selector: sel}}
 	}
 	return &appsv1.ReplicaSet{ObjectMeta: meta, Spec: appsv1.ReplicaSetSpec{Selector: sel}}
 }
 
-// newPod builds one pod of a member and its claim.
-func newPod(ns, name string, m v1alpha1.ReplicaMember, selector map[string]string, gang string, owner metav1.Object) (*kube.Pod, error) {
-	var tmpl corev1.PodTemplateSpec
-	if len(m.Template) > 0 {
-		if err := json.Unmarshal(m.Template, &tmpl); err != nil {
-			return nil, fmt.Errorf("pod template of pod %s: %w", name, err)
-		}
+// binderPod is a pod as the binder reads it, with its claim, and how many
+// GPUs the claim asks for. Its claim made from its template is named in
+// its spec, and its emptyDir volumes (/dev/shm) are left out: the binder
+// models neither, and kube-scheduler's volume plugins pass a pod's
+// emptyDir volumes by.
+func binderPod(cp composereplica.Pod) (*kube.Pod, int64, error) {
+	p := cp.Pod.DeepCopy()
+	p.Spec.Volumes = slices.DeleteFunc(p.Spec.Volumes, func(v corev1.Volume) bool { return v.EmptyDir != nil })
+	claim := cp.Claim()
+	if claim == nil {
+		kp, err := kube.NewPod(p)
+		return kp, 0, err
 	}
-	labels := map[string]string{}
-	maps.Copy(labels, tmpl.Labels)
-	maps.Copy(labels, selector)
-	kind := "ReplicaSet"
-	if _, ok := owner.(*appsv1.StatefulSet); ok {
-		kind = "StatefulSet"
-	}
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: ns, Name: name, UID: types.UID(ns + "/" + name), Labels: labels,
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: owner.GetName(), UID: owner.GetUID(), Controller: new(true)}},
-		},
-		Spec: tmpl.Spec,
-	}
-	p.Spec.NodeSelector = map[string]string{PoolLabel: m.NodePoolName}
-	if gang != "" {
-		labels[labelGang] = gang
-		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{labelGang: gang}}, TopologyKey: corev1.LabelHostname,
-		}}}}
-	}
-	var claims []*resourceapi.ResourceClaim
-	if len(m.DeviceRequests) > 0 {
-		var reqs []resourceapi.DeviceRequest
-		for _, dr := range m.DeviceRequests {
-			var cel []string
-			for _, s := range dr.Selectors {
-				cel = append(cel, s.CEL)
+	var gpus int64
+	for _, r := range claim.Spec.Devices.Requests {
+		if r.Exactly != nil {
+			gpus += r.Exactly.Count
+			if r.Exactly.AllocationMode == "" {
+				// As the API server defaults the template's requests.
+				r.Exactly.AllocationMode = resourceapi.DeviceAllocationModeExactCount
 			}
-			reqs = append(reqs, kube.Exactly(dr.Name, dr.DeviceClassName, dr.Count, cel...))
 		}
-		claim := kube.NewClaim(ns, name, reqs...)
-		claims = append(claims, claim)
-		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "devices", ResourceClaimName: &claim.Name}}
 	}
-	return kube.NewPod(p, claims...)
+	for i := range p.Spec.ResourceClaims {
+		if p.Spec.ResourceClaims[i].ResourceClaimTemplateName != nil {
+			p.Spec.ResourceClaims[i].ResourceClaimTemplateName, p.Spec.ResourceClaims[i].ResourceClaimName = nil, &claim.Name
+		}
+	}
+	p.Status.ResourceClaimStatuses = nil
+	claim.OwnerReferences, claim.Annotations = nil, nil
+	kp, err := kube.NewPod(p, claim)
+	return kp, gpus, err
 }
 
 // claim adds what the replica's pods claim to their pools' claimed GPUs,

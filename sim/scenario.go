@@ -7,7 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/composereplica"
 	"github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -96,6 +99,9 @@ type Scenario struct {
 	// ImagePull is how long a node takes to hold a bound pod's image:
 	// zero means DefaultImagePull, negative at once.
 	ImagePull time.Duration
+	// Sizing, when set, is what the scenario's pods request whatever the
+	// run's: a scenario about cpu and memory.
+	Sizing *composereplica.Sizing
 }
 
 // FinalDemand is each deployment's wanted replicas after the last event.
@@ -111,7 +117,9 @@ func (sc Scenario) FinalDemand() map[string]int64 {
 	return out
 }
 
-// Config is the run of the scenario in a mode.
+// Config is the run of the scenario in a mode, its pods v0.3's (no cpu or
+// memory requested) unless it has a Sizing of its own; set the Config's
+// Sizing to size them otherwise.
 func (sc Scenario) Config(m Mode, b Binder, rec Reconciler) Config {
 	a := m.Agent
 	if a.Enabled && sc.AgentStopsAfter > 0 {
@@ -120,6 +128,7 @@ func (sc Scenario) Config(m Mode, b Binder, rec Reconciler) Config {
 	return Config{
 		Clusters: sc.Clusters, Events: sc.Events, Rounds: sc.Rounds, Tick: sc.Tick, Agent: a, Binder: b, Seed: 1, Reconciler: rec,
 		Image: DefaultImage, ImageSize: orDefault(sc.ImageSize, DefaultImageSize), ImagePull: orDefault(sc.ImagePull, DefaultImagePull),
+		Sizing: sc.Sizing,
 	}
 }
 
@@ -157,21 +166,13 @@ func h100Pool(name string, nodes int) PoolSpec {
 // AtLeast20Gi selects a GPU with 20Gi of memory or more (an L4 has 24Gi).
 const AtLeast20Gi = `device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("20Gi")) >= 0`
 
-// Template is a serving pod template of DefaultImage requesting cpu and
-// memory for a pod of that many GPUs: 2 cores and 8Gi, plus 2 cores and
-// 24Gi per GPU, an assumed sizing (vLLM needs host memory for the weights
-// it loads and some cores per GPU worker; clusters size it their way).
-func Template(gpus int64) json.RawMessage {
-	return templateWith(fmt.Sprint(2+2*gpus), fmt.Sprintf("%dGi", 8+24*gpus))
-}
-
-// templateWith is a pod template of DefaultImage requesting the cpu and
-// memory.
-func templateWith(cpu, memory string) json.RawMessage {
-	t := map[string]any{"spec": map[string]any{"containers": []any{map[string]any{
-		"name": "engine", "image": DefaultImage,
-		"resources": map[string]any{"requests": map[string]any{"cpu": cpu, "memory": memory}},
-	}}}}
+// Template is a serving pod template of DefaultImage: what a
+// ModelDeployment's curated template holds, the engine container. What
+// the pods request is the run's Sizing (Config.Sizing) or the
+// deployment's own (Event.Sizing): the ModelDeployment XRD has no
+// resources field, so an API server prunes any a template holds.
+func Template() json.RawMessage {
+	t := map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "engine", "image": DefaultImage}}}}
 	b, err := json.Marshal(t)
 	if err != nil {
 		panic(err) // A map of strings marshals.
@@ -179,20 +180,29 @@ func templateWith(cpu, memory string) json.RawMessage {
 	return b
 }
 
-// withTemplates gives every member of a deployment Template for the GPUs
-// it claims.
+// PerGPU is the sizing of Modelplane's open proposal to size a replica's
+// pods in proportion to their GPUs, as the simulator assumes it: 2 cores
+// and 8Gi, plus 2 cores and 24Gi per GPU (vLLM needs host memory for the
+// weights it loads and some cores per GPU worker; clusters size it their
+// way). v0.3's pods request neither.
+func PerGPU() *composereplica.Sizing {
+	return &composereplica.Sizing{
+		BaseCPU: resource.MustParse("2"), BaseMemory: resource.MustParse("8Gi"),
+		PerDeviceCPU: resource.MustParse("2"), PerDeviceMemory: resource.MustParse("24Gi"),
+	}
+}
+
+// fixed is a sizing of cpu and memory whatever the GPUs.
+func fixed(cpu, memory string) *composereplica.Sizing {
+	return &composereplica.Sizing{BaseCPU: resource.MustParse(cpu), BaseMemory: resource.MustParse(memory)}
+}
+
+// withTemplates gives every member of a deployment Template.
 func withTemplates(d *v1alpha1.ModelDeployment) *v1alpha1.ModelDeployment {
 	for ei := range d.Spec.Template.Spec.Engines {
 		e := &d.Spec.Template.Spec.Engines[ei]
 		for mi := range e.Members {
-			m := &e.Members[mi]
-			var gpus int64
-			if m.NodeSelector != nil {
-				for _, r := range m.NodeSelector.Devices {
-					gpus += *r.Count
-				}
-			}
-			m.Template = Template(gpus)
+			e.Members[mi].Template = Template()
 		}
 	}
 	return d
@@ -298,14 +308,6 @@ func Large() Scenario {
 	return sc
 }
 
-// standaloneWith is a deployment of one Standalone engine of gpus whose
-// pods request the cpu and memory given, whatever their GPUs.
-func standaloneWith(gpus int64, cpu, memory string) *v1alpha1.ModelDeployment {
-	d := fixture.Deployment("x").Engines(fixture.Standalone("main", fixture.Request(DeviceName, gpus, fixture.MemAtLeast80Gi))).Obj()
-	d.Spec.Template.Spec.Engines[0].Members[0].Template = templateWith(cpu, memory)
-	return d
-}
-
 // Misguessed is a fleet where the ledger's guess of where pods bind is
 // wrong under kube-default, and the wrong guess leaves pods Pending: the
 // workload re-placing (docs/spec.md#re-placing) is for.
@@ -329,23 +331,25 @@ func Misguessed() Scenario {
 	const clusters = 4
 	sc := Scenario{
 		Name:    "h100-misguessed",
-		Summary: "replicas the ledger fits exactly on a pool where kube-default, scoring cpu and not GPUs, fragments the GPUs: one 4-GPU replica per cluster stays Pending",
+		Summary: "replicas the ledger fits exactly on a pool where kube-default, scoring cpu and not GPUs, fragments the GPUs: one 4-GPU replica per cluster stays Pending (pods sized per GPU, one cpu-heavy: the open proposal's, whatever the run's)",
 		// 25 minutes: past the default 15m wait, with time to bind after.
 		Clusters: Fleet(clusters, pools...), Shapes: map[string]Shape{}, Rounds: 150,
+		// Its story is cpu: v0.3's pods request none.
+		Sizing: PerGPU(),
 	}
 	for _, e := range []struct {
-		name  string
-		round int
-		count int64
-		gpus  int64
-		tmpl  *v1alpha1.ModelDeployment
+		name   string
+		round  int
+		count  int64
+		gpus   int64
+		sizing *composereplica.Sizing
 	}{
-		{name: "a-cpu-heavy", round: 0, count: clusters, gpus: 2, tmpl: standaloneWith(2, "150", "64Gi")},
-		{name: "b-filler", round: 0, count: clusters, gpus: 4, tmpl: standalone(4, fixture.MemAtLeast80Gi)},
-		{name: "c-2gpu", round: 3, count: clusters, gpus: 2, tmpl: standalone(2, fixture.MemAtLeast80Gi)},
-		{name: "d-4gpu", round: 3, count: 2 * clusters, gpus: 4, tmpl: standalone(4, fixture.MemAtLeast80Gi)},
+		{name: "a-cpu-heavy", round: 0, count: clusters, gpus: 2, sizing: fixed("150", "64Gi")},
+		{name: "b-filler", round: 0, count: clusters, gpus: 4},
+		{name: "c-2gpu", round: 3, count: clusters, gpus: 2},
+		{name: "d-4gpu", round: 3, count: 2 * clusters, gpus: 4},
 	} {
-		sc.Events = append(sc.Events, Event{Round: e.round, Name: e.name, Replicas: e.count, Deployment: e.tmpl})
+		sc.Events = append(sc.Events, Event{Round: e.round, Name: e.name, Replicas: e.count, Deployment: standalone(e.gpus, fixture.MemAtLeast80Gi), Sizing: e.sizing})
 		sc.Shapes[e.name] = Shape{1, 1, e.gpus, false}
 	}
 	return sc

@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/agent"
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/composereplica"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -38,6 +39,9 @@ type Event struct {
 	Replicas   int64
 	Deployment *v1alpha1.ModelDeployment
 	Delete     bool
+	// Sizing, with Deployment, is the cpu and memory the deployment's pods
+	// request (a trace's pods' own); nil requests the run's Sizing.
+	Sizing *composereplica.Sizing
 }
 
 // Config is one simulation run.
@@ -59,6 +63,10 @@ type Config struct {
 	// ImagePull is how long after a pod binds its node holds its image
 	// (pulled and reported in the node's status); zero means at once.
 	ImagePull time.Duration
+	// Sizing is the cpu and memory the pods of a deployment without its
+	// own request (PerGPU: Modelplane's open proposal); nil composes
+	// Modelplane v0.3's pods, which request neither.
+	Sizing *composereplica.Sizing
 	// ReconcileAll reconciles every deployment every round, settled or
 	// not (the equivalence test of the skip).
 	ReconcileAll bool
@@ -163,7 +171,9 @@ func (r Result) RoundsToConverge() int { return max(r.Settled-r.LastDemand, 0) +
 func start() time.Time { return time.Date(2026, 10, 20, 20, 0, 0, 0, time.UTC) }
 
 type state struct {
-	cfg         Config
+	cfg Config
+	// sizes are the deployments' own Sizing, by name.
+	sizes       map[string]*composereplica.Sizing
 	clusters    []*simCluster
 	deployments map[string]*v1alpha1.ModelDeployment
 	// settled are the deployments whose last reconcile changed nothing
@@ -283,7 +293,12 @@ func (s *state) round(ctx context.Context, round int, res *Result) error {
 func newState(cfg Config) (*state, error) {
 	// The binder's ties are broken at random, reproducibly from the seed.
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed)) //nolint:gosec // Simulated tie-breaking, not security.
-	s := &state{cfg: cfg, deployments: map[string]*v1alpha1.ModelDeployment{}, settled: map[string]bool{}, rng: rng}
+	s := &state{cfg: cfg, deployments: map[string]*v1alpha1.ModelDeployment{}, settled: map[string]bool{}, rng: rng, sizes: map[string]*composereplica.Sizing{}}
+	for _, e := range cfg.Events {
+		if e.Deployment != nil && e.Sizing != nil {
+			s.sizes[e.Name] = e.Sizing
+		}
+	}
 	for _, spec := range cfg.Clusters {
 		c, err := newCluster(spec, cfg.Image, cfg.ImageSize)
 		if err != nil {
@@ -386,6 +401,15 @@ func (s *state) finish(res *Result) {
 			res.ReconcilesToConverge += p.Reconciles
 		}
 	}
+}
+
+// sizing is what a deployment's pods request: its event's Sizing, else
+// the run's.
+func (s *state) sizing(deployment string) *composereplica.Sizing {
+	if z, ok := s.sizes[deployment]; ok {
+		return z
+	}
+	return s.cfg.Sizing
 }
 
 func (s *state) demand(round int) {
@@ -578,7 +602,7 @@ func (s *state) apply(name string, desired []*v1alpha1.ModelReplica, now time.Ti
 			continue
 		}
 		s.seq++
-		r, err := newReplica(c, d, name, s.seq)
+		r, err := newReplica(c, d, name, s.seq, composereplica.Options{Sizing: s.sizing(name)})
 		if err != nil {
 			return false, err
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
+	"github.com/modelplaneai/fleet-scheduler/internal/composereplica"
 	"github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -39,10 +40,10 @@ func testReplica(t *testing.T, c *simCluster, seq int, gpus int64, workers int64
 		e = fixture.PinnedGang("main", "p", workers, fixture.Stamped(gpus))
 	}
 	for i := range e.Members {
-		e.Members[i].Template = Template(gpus)
+		e.Members[i].Template = Template()
 	}
 	obj := fixture.Replica("d", "c", seq).Engines(e).Obj()
-	r, err := newReplica(c, obj, "d", seq)
+	r, err := newReplica(c, obj, "d", seq, composereplica.Options{Sizing: PerGPU()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,23 +94,26 @@ func TestGPURankedBinders(t *testing.T) {
 	}
 }
 
-func TestGangPodsTakeDistinctNodes(t *testing.T) {
+// TestGangPodsShareNodes: Modelplane v0.3's LeaderWorkerSet keeps no gang
+// to distinct nodes (no anti-affinity, no exclusive topology), so every
+// binder may put two of a gang's pods on one node: a gang of three 4-GPU
+// pods binds on two 8-GPU nodes, where the function's accounting
+// (docs/spec.md#gangs) wants three nodes.
+func TestGangPodsShareNodes(t *testing.T) {
 	for _, b := range Binders() {
 		t.Run(string(b), func(t *testing.T) {
-			// Two nodes: a gang of three 4-GPU pods fits two, and the third
-			// stays Pending although a node has 4 GPUs free.
 			c := testCluster(t, 2)
 			r := testReplica(t, c, 1, 4, 2)
 			rng := rand.New(rand.NewPCG(3, 4))
-			var bound []string
+			nodes := map[string]int{}
 			for _, p := range r.pods {
 				if _, err := b.bind(context.Background(), p, rng); err != nil {
 					t.Fatal(err)
 				}
-				bound = append(bound, p.kube.Node())
+				nodes[p.kube.Node()]++
 			}
-			if bound[0] == "" || bound[1] == "" || bound[0] == bound[1] || bound[2] != "" {
-				t.Errorf("gang of 3 on 2 nodes bound to %q, want two distinct nodes and the third Pending", bound)
+			if nodes[""] > 0 || len(nodes) != 2 {
+				t.Errorf("gang of 3 on 2 nodes bound as %v, want all three bound, two on one node", nodes)
 			}
 		})
 	}
@@ -192,8 +196,10 @@ func TestSkippingSettledDeploymentsChangesNothing(t *testing.T) {
 }
 
 // TestRunNeverOvercommits steps a random scenario of gangs and single pods
-// under every binder and checks after every round that no node holds more
-// GPUs, cpu or memory than it has and no two pods of a gang share a node.
+// under every binder, v0.3's pods and pods sized per GPU in turn, and
+// checks after every round that no node holds more GPUs, cpu or memory
+// than it has. (v0.3's LeaderWorkerSets keep no gang to distinct nodes:
+// kube-scheduler may put two of a gang's pods on one node.)
 func TestRunNeverOvercommits(t *testing.T) {
 	for seed := range uint64(6) {
 		rng := rand.New(rand.NewPCG(seed, 1))
@@ -212,6 +218,9 @@ func TestRunNeverOvercommits(t *testing.T) {
 		m := Modes()[seed%uint64(len(Modes()))]
 		cfg := sc.Config(m, b, Direct{Input: Input(m.Binding)})
 		cfg.Tick, cfg.Image, cfg.ImageSize = 10*time.Second, DefaultImage, DefaultImageSize
+		if seed%2 == 1 {
+			cfg.Sizing = PerGPU()
+		}
 		s, err := newState(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -235,7 +244,6 @@ func checkFleet(s *state) error {
 	for _, c := range s.clusters {
 		for _, n := range c.kube.Nodes() {
 			var gpus, cpu, mem int64
-			gangs := map[string]bool{}
 			for _, p := range n.Pods {
 				for _, rc := range p.Claims {
 					gpus += int64(len(rc.Status.Allocation.Devices.Results))
@@ -243,12 +251,6 @@ func checkFleet(s *state) error {
 				for _, ctr := range p.Obj.Spec.Containers {
 					cpu += ctr.Resources.Requests.Cpu().MilliValue()
 					mem += ctr.Resources.Requests.Memory().Value()
-				}
-				if g := p.Obj.Labels[labelGang]; g != "" {
-					if gangs[g] {
-						return fmt.Errorf("node %s holds two pods of gang %s", n.Obj.Name, g)
-					}
-					gangs[g] = true
 				}
 			}
 			devices := 0
@@ -444,7 +446,9 @@ func TestStuckReplicaIsReplaced(t *testing.T) {
 		Name: "stuck", Clusters: Fleet(1, pools...), Rounds: 30, Shapes: map[string]Shape{"d": {1, 1, 1, false}},
 		Events: []Event{{Round: 0, Name: "d", Replicas: 1, Deployment: d}},
 	}
-	res, err := Run(sc.Config(Fresh(), KubeDefault, Direct{Input: v1beta1.Input{ReplaceUnscheduledAfter: new("1m")}}))
+	cfg := sc.Config(Fresh(), KubeDefault, Direct{Input: v1beta1.Input{ReplaceUnscheduledAfter: new("1m")}})
+	cfg.Sizing = PerGPU() // the pod's cpu: v0.3's request none
+	res, err := Run(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/modelplaneai/fleet-scheduler/internal/composereplica"
 	"github.com/modelplaneai/fleet-scheduler/internal/fixture"
 )
 
@@ -266,13 +268,14 @@ func TraceScenario(nodes []TraceNode, pods []TracePod, o TraceOptions) (Scenario
 			sel = append(sel, modelSelector(p.GPUSpec))
 		}
 		d := withTemplates(fixture.Deployment(p.Name).Engines(fixture.Standalone("main", fixture.Request(DeviceName, gpus, sel...))).Obj())
-		setRequests(d, p.MilliCPU, p.MemMiB)
 		name := strings.ToLower(p.Name)
 		arrive := 0
 		if p.HasTimes {
 			arrive = roundOf(p.Creation)
 		}
-		sc.Events = append(sc.Events, Event{Round: arrive, Name: name, Replicas: 1, Deployment: d})
+		// The trace's pods request what it recorded, whatever the run's
+		// sizing: that is the trace (v0.3's pods request nothing).
+		sc.Events = append(sc.Events, Event{Round: arrive, Name: name, Replicas: 1, Deployment: d, Sizing: requests(p.MilliCPU, p.MemMiB)})
 		sc.Shapes[name] = Shape{1, 1, gpus, false}
 		last = max(last, arrive)
 		if p.HasTimes && p.HasDeletion && !o.NoDeletion {
@@ -384,12 +387,10 @@ func modelSelector(models []string) string {
 	return fmt.Sprintf(`device.attributes[%q].model in [%s]`, GPUDriver, strings.Join(quoted, ", "))
 }
 
-// setRequests replaces a deployment's pod templates' requests with a
-// trace pod's.
-func setRequests(d *v1alpha1.ModelDeployment, milliCPU, memMiB int64) {
-	for ei := range d.Spec.Template.Spec.Engines {
-		for mi := range d.Spec.Template.Spec.Engines[ei].Members {
-			d.Spec.Template.Spec.Engines[ei].Members[mi].Template = templateWith(fmt.Sprintf("%dm", milliCPU), fmt.Sprintf("%dMi", memMiB))
-		}
+// requests is a trace pod's cpu and memory, whatever its GPUs.
+func requests(milliCPU, memMiB int64) *composereplica.Sizing {
+	return &composereplica.Sizing{
+		BaseCPU:    *resource.NewMilliQuantity(milliCPU, resource.DecimalSI),
+		BaseMemory: *resource.NewQuantity(memMiB<<20, resource.BinarySI),
 	}
 }

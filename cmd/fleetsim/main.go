@@ -39,6 +39,7 @@ type options struct {
 	concurrencyK, concurrencyServers     string
 	trace                                sim.TraceOptions
 	nodes, pods                          string
+	sizing                               string
 }
 
 func main() {
@@ -68,6 +69,7 @@ func main() {
 	flag.BoolVar(&o.concurrency, "concurrency", false, "instead of the scenarios, run "+sim.ScaleAtOnce().Name+" for every -concurrency-k and -concurrency-servers, side by side (concurrency.md)")
 	flag.StringVar(&o.concurrencyK, "concurrency-k", "1,4,16", "with -concurrency, comma-separated numbers of deployments reconciled at once")
 	flag.StringVar(&o.concurrencyServers, "concurrency-servers", "0,1,2,3", "with -concurrency, comma-separated numbers of function servers with their own ledgers (0: no ledger)")
+	flag.StringVar(&o.sizing, "sizing", "v0.3", "what the scenarios' pods request: v0.3 (no cpu or memory, as Modelplane v0.3 composes them) or per-gpu (2 cores and 8Gi plus 2 cores and 24Gi per GPU, Modelplane's open proposal); a trace's pods request their own, and a scenario about cpu its own")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -137,7 +139,7 @@ func run(o options) error {
 	began := time.Now()
 	var rows, chart []sim.Row
 	for _, sc := range scenarios {
-		sc = withImage(sc, size.Value(), o.imagePull)
+		sc = withImage(sc, size.Value(), o.imagePull, o.sizing)
 		bs := binders
 		if sc.Name == sim.Large().Name {
 			bs = largeBinders
@@ -184,8 +186,11 @@ func run(o options) error {
 }
 
 // withImage sets a scenario's serving image size and pull time as the
-// flags give them: zero for none, or at once.
-func withImage(sc sim.Scenario, size int64, pull time.Duration) sim.Scenario {
+// flags give them (zero for none, or at once), and its pods' sizing.
+func withImage(sc sim.Scenario, size int64, pull time.Duration, sizing string) sim.Scenario {
+	if sizing == "per-gpu" && sc.Sizing == nil {
+		sc.Sizing = sim.PerGPU()
+	}
 	sc.ImageSize = max(size, 0)
 	if sc.ImageSize == 0 {
 		sc.ImageSize = -1
@@ -208,7 +213,7 @@ func runReplacing(o options) error {
 	if o.replaceAfter <= 0 {
 		return fmt.Errorf("-replace-after %s: want a positive duration, the run with re-placing on", o.replaceAfter)
 	}
-	sc := withImage(sim.Misguessed(), size.Value(), o.imagePull)
+	sc := withImage(sim.Misguessed(), size.Value(), o.imagePull, o.sizing)
 	var rows []sim.Row
 	for _, b := range binders {
 		for _, m := range modes {
@@ -260,7 +265,7 @@ func runConcurrency(o options) error {
 	if err != nil {
 		return err
 	}
-	sc := withImage(sim.ScaleAtOnce(), size.Value(), o.imagePull)
+	sc := withImage(sim.ScaleAtOnce(), size.Value(), o.imagePull, o.sizing)
 	b, m := binders[0], modes[0]
 	var runs []sim.ConcurrencyRun
 	for _, k := range ks {
@@ -404,6 +409,9 @@ func common(o options) ([]sim.Binder, []sim.Mode, resource.Quantity, error) {
 	size, err := resource.ParseQuantity(o.imageSize)
 	if err != nil {
 		return nil, nil, resource.Quantity{}, fmt.Errorf("-image-size %q: %w", o.imageSize, err)
+	}
+	if o.sizing != "v0.3" && o.sizing != "per-gpu" {
+		return nil, nil, resource.Quantity{}, fmt.Errorf("-sizing %q: want v0.3 or per-gpu", o.sizing)
 	}
 	return binders, modes, size, nil
 }
