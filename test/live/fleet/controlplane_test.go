@@ -1,0 +1,384 @@
+package fleet
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/modelplaneai/fleet-scheduler/test/internal/pki"
+	"github.com/modelplaneai/fleet-scheduler/test/internal/testenv"
+	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
+)
+
+const (
+	apiVersion          = "modelplane.ai/v1alpha1"
+	crossplaneNamespace = "crossplane-system"
+	systemNamespace     = "modelplane-system"
+	objectAPIVersion    = "kubernetes.m.crossplane.io/v1alpha1"
+
+	// The Functions the Compositions reference.
+	fnScheduler = "fleet-scheduler"
+	fnRelay     = "fleet-scheduler-relay"
+	fnStandin   = "modelplane-standin"
+
+	// relayAhead is how far the relay's clock runs ahead of Crossplane's
+	// in the test: within the margin less a second, so PodsScheduled is
+	// still never stamped before the agent's time.
+	relayAhead = 3 * time.Second
+
+	// circuitBreakerBurst is Crossplane's XR circuit breaker burst, in
+	// tokens: the default is 100.
+	circuitBreakerBurst = "1000"
+)
+
+// fleet is the control plane and the workload clusters.
+type fleet struct {
+	root, logs, bin, artifacts string
+	etcd                       string
+	cp                         *apiServer
+	ca                         pki.KeyPair // signs the functions' and Crossplane's certificates
+	certs                      string
+	registry                   string
+	functions                  map[string]*function
+	clusters                   map[string]*workload
+}
+
+// function is a composition function the test runs and installs.
+type function struct {
+	name, bin, addr string
+	args            []string
+	proc            *harness.Process
+}
+
+// startFleet starts the control plane and the workload clusters, and
+// waits until every InferenceCluster is Ready with its pools' reports.
+func startFleet(t *testing.T) *fleet {
+	t.Helper()
+	suite.Skip(t)
+	root := testenv.RepoRoot(t)
+	f := &fleet{
+		root: root, logs: suite.Logs(), bin: filepath.Join(root, "bin", "control-plane"),
+		artifacts: os.Getenv(envArtifacts), functions: map[string]*function{}, clusters: map[string]*workload{},
+	}
+	// On a failed start, the objects as they are, before the cleanups
+	// stop the processes.
+	defer func() {
+		if t.Failed() {
+			f.dump(t)
+		}
+	}()
+	started := time.Now()
+	f.etcd = f.startEtcd(t)
+	f.cp = f.startAPIServer(t, "control-plane", f.etcd)
+	_, kubeconfig := f.cp.adminKubeconfig(t)
+	harness.StartProcess(t, f.logs, "control-plane-kube-controller-manager", filepath.Join(f.bin, "kube-controller-manager"), nil,
+		"--kubeconfig="+kubeconfig,
+		// Crossplane deletes composed resources with foreground
+		// propagation; only the garbage collector finishes that.
+		"--controllers=garbage-collector-controller", "--leader-elect=false", "--secure-port=0")
+	for _, ns := range []string{crossplaneNamespace, systemNamespace} {
+		apply(t, f.cp.c, object("v1", "Namespace", "", ns))
+	}
+
+	f.ca = pki.NewCA(t, "live-fleet-functions-ca")
+	f.certs = filepath.Join(f.logs, "certs")
+	pki.WriteCertsDir(t, filepath.Join(f.certs, "crossplane"), pki.Client(t, f.ca, "crossplane"), f.ca)
+	f.startCrossplane(t, kubeconfig)
+	f.startProvider(t, kubeconfig)
+	// A registry on loopback; ServeRegistry names a package in it.
+	f.registry = strings.SplitN(testenv.ServeRegistry(t), "/", 2)[0]
+	bin := filepath.Join(f.artifacts, "bin", "linux_"+runtime.GOARCH)
+	f.startFunction(t, fnScheduler, filepath.Join(bin, "function"), filepath.Join(f.artifacts, "xpkg", "fleet-scheduler-"+runtime.GOARCH+".xpkg"), "--debug", "--metrics-address=")
+	f.startFunction(t, fnRelay, filepath.Join(bin, "relay"), filepath.Join(f.artifacts, "xpkg", "fleet-scheduler-relay-"+runtime.GOARCH+".xpkg"),
+		"--debug", "--metrics-address=", "--clock-offset="+relayAhead.String())
+	f.startFunction(t, fnStandin, filepath.Join(f.artifacts, "standin", "standin"), filepath.Join(f.artifacts, "standin", "standin.xpkg"))
+	f.installModelplane(t)
+	t.Logf("the control plane started in %s", time.Since(started).Round(time.Second))
+
+	for _, w := range workloads() {
+		started := time.Now()
+		f.clusters[w.name] = f.startWorkload(t, w)
+		t.Logf("workload cluster %s started in %s", w.name, time.Since(started).Round(time.Second))
+	}
+	for name := range f.clusters {
+		eventually(t, 3*time.Minute, "InferenceCluster "+name+" Ready with every pool reported", func() error {
+			ic := f.inferenceCluster(t, name)
+			for _, c := range []string{"Ready", "PoolsObserved"} {
+				if conditionString(ic, c, "status") != "True" {
+					return fmt.Errorf("%s", describe(ic, c))
+				}
+			}
+			return nil
+		})
+	}
+	t.Logf("the fleet is Ready %s after it started", time.Since(started).Round(time.Second))
+	// Registered last, so it runs first: the processes still run.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the processes' logs are in %s", f.logs)
+			f.dump(t)
+		}
+	})
+	return f
+}
+
+// startCrossplane runs `crossplane core init` (Crossplane's CRDs), then
+// `crossplane core start` with the External runtime for Functions (the
+// test runs them) and no webhooks (no Service network reaches them).
+func (f *fleet) startCrossplane(t *testing.T, kubeconfig string) {
+	t.Helper()
+	bin := filepath.Join(f.bin, "crossplane")
+	env := []string{"KUBECONFIG=" + kubeconfig, "POD_NAMESPACE=" + crossplaneNamespace}
+	initEnv := append([]string{
+		"CRDS_PATH=" + filepath.Join(os.Getenv(envCrossplane), "cluster", "crds"),
+		"TLS_CA_SECRET_NAME=crossplane-root-ca",
+		"TLS_CLIENT_SECRET_NAME=crossplane-tls-client",
+	}, env...)
+	// Init applies the CRDs and uses them at once, before the API server
+	// serves them; in a cluster the kubelet restarts the init container.
+	for attempt := 1; ; attempt++ {
+		err := harness.RunToEnd(t, f.logs, "crossplane-init", bin, initEnv, "core", "init", "--enable-webhooks=false")
+		if err == nil {
+			break
+		}
+		if attempt == 5 {
+			t.Fatalf("%v, %d times", err, attempt)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	cache := filepath.Join(f.logs, "xpkg-cache")
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	harness.StartProcess(t, f.logs, "crossplane", bin, env, "--debug", "core", "start",
+		"--package-runtime=Function=External",
+		"--enable-webhooks=false",
+		"--tls-client-certs-dir="+filepath.Join(f.certs, "crossplane"),
+		"--xpkg-cache-dir="+cache,
+		"--metrics-port="+port(t),
+		"--health-probe-port="+port(t),
+		// Composing an XR's Objects spends the default burst of its
+		// circuit breaker (100 tokens, 2 an update) within seconds, and
+		// for the 5-minute cooldown a change of its Objects then reaches
+		// it only at the 30s probe or the poll (docs/production.md, A
+		// live fleet). Burst raised as docs/production.md recommends.
+		"--circuit-breaker-burst="+circuitBreakerBurst,
+	).Running(t)
+}
+
+// startProvider installs provider-kubernetes' CRDs and runs it with
+// watches on, as Modelplane runs it: each Object's remote object is
+// watched, so its status follows within seconds, not the 10-minute poll.
+func (f *fleet) startProvider(t *testing.T, kubeconfig string) {
+	t.Helper()
+	crds, err := filepath.Glob(filepath.Join(os.Getenv(envProvider), "package", "crds", "*.yaml"))
+	if err != nil || len(crds) == 0 {
+		t.Fatalf("no CRDs of provider-kubernetes in %s: %v", os.Getenv(envProvider), err)
+	}
+	for _, file := range crds {
+		for _, crd := range readObjects(t, file) {
+			// The cluster-scoped Object converts between its versions
+			// through the provider's webhook, whose Service Crossplane's
+			// package manager fills in. Nothing here uses that kind:
+			// served without conversion.
+			if strategy, _, _ := unstructured.NestedString(crd.Object, "spec", "conversion", "strategy"); strategy == "Webhook" {
+				unstructured.RemoveNestedField(crd.Object, "spec", "conversion")
+			}
+			apply(t, f.cp.c, crd)
+		}
+	}
+	for _, file := range crds {
+		for _, crd := range readObjects(t, file) {
+			f.waitEstablished(t, crd.GetName())
+		}
+	}
+	// Its conversion webhook serves on :9443 with a certificate of ours;
+	// nothing calls it (the CRDs name no webhook).
+	dir := filepath.Join(f.certs, "provider-kubernetes")
+	pki.WriteCertsDir(t, dir, pki.LoopbackServer(t, f.ca, "provider-kubernetes"), f.ca)
+	harness.StartProcess(t, f.logs, "provider-kubernetes", filepath.Join(f.bin, "provider-kubernetes"),
+		[]string{"KUBECONFIG=" + kubeconfig, "TLS_SERVER_CERTS_DIR=" + dir, "POD_NAMESPACE=" + crossplaneNamespace},
+		"--debug", "--enable-watches", "--health-probe-bind-addr=127.0.0.1:"+port(t),
+	).Running(t)
+}
+
+// waitEstablished waits until a CRD is Established.
+func (f *fleet) waitEstablished(t *testing.T, name string) {
+	t.Helper()
+	eventually(t, 2*time.Minute, "CRD "+name+" Established", func() error {
+		crd := get(t, f.cp.c, "apiextensions.k8s.io/v1", "CustomResourceDefinition", "", name)
+		if conditionString(crd, "Established", "status") != "True" {
+			return fmt.Errorf("%s", describe(crd, "Established"))
+		}
+		return nil
+	})
+}
+
+// startFunction starts a function from its binary, serving with mTLS on a
+// loopback address, and installs its package from the test's registry,
+// then does what Crossplane's Deployment runtime would for its revision
+// (with the External runtime that is left to whoever runs the function):
+// the server certificate in the Secret the revision names, and the
+// revision's status.tlsServerSecretName and status.endpoint.
+func (f *fleet) startFunction(t *testing.T, name, bin, xpkg string, args ...string) {
+	t.Helper()
+	fn := &function{name: name, bin: bin, addr: testenv.FreeLoopbackAddr(t)}
+	server := pki.LoopbackServer(t, f.ca, name)
+	dir := filepath.Join(f.certs, name)
+	pki.WriteCertsDir(t, dir, server, f.ca)
+	fn.args = append([]string{"--address=" + fn.addr, "--tls-server-certs-dir=" + dir}, args...)
+	fn.proc = harness.StartProcess(t, f.logs, name, bin, nil, fn.args...)
+	fn.proc.WaitListening(t, fn.addr, 30*time.Second)
+	f.functions[name] = fn
+
+	ref := f.registry + "/modelplane/" + name + ":v0.1.0"
+	testenv.PushPackage(t, filepath.Join(f.root, "bin", "crossplane"), ref, xpkg)
+	pkg := object("pkg.crossplane.io/v1", "Function", "", name)
+	pkg.Object["spec"] = map[string]any{"package": ref}
+	apply(t, f.cp.c, pkg)
+	var rev unstructured.Unstructured
+	eventually(t, 3*time.Minute, "a FunctionRevision of "+name, func() error {
+		revs := list(t, f.cp.c, "pkg.crossplane.io/v1", "FunctionRevision", client.MatchingLabels{"pkg.crossplane.io/package": name})
+		if len(revs) != 1 {
+			return fmt.Errorf("%d revisions", len(revs))
+		}
+		rev = revs[0]
+		return nil
+	})
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: crossplaneNamespace, Name: name + "-tls-server"},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{"tls.crt": server.CertPEM, "tls.key": server.KeyPEM, "ca.crt": f.ca.CertPEM},
+	}
+	if err := f.cp.c.Create(t.Context(), secret); err != nil {
+		t.Fatalf("cannot create Secret %s: %v", secret.Name, err)
+	}
+	// Server-side applied as a field manager of its own: conditions are a
+	// map by type, so Crossplane's stay as they are.
+	s := object(rev.GetAPIVersion(), rev.GetKind(), "", rev.GetName())
+	s.Object["status"] = map[string]any{
+		"endpoint":            "dns:///" + fn.addr,
+		"tlsServerSecretName": secret.Name,
+		"conditions": []any{map[string]any{
+			"type": "RuntimeHealthy", "status": "True", "reason": "HealthyPackageRevision",
+			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
+		}},
+	}
+	eventually(t, time.Minute, "revision "+rev.GetName()+"'s status set as its runtime's", func() error {
+		return f.cp.c.Status().Apply(t.Context(), client.ApplyConfigurationFromUnstructured(s), client.FieldOwner("live-fleet-runtime"), client.ForceOwnership)
+	})
+	eventually(t, 3*time.Minute, "Function "+name+" Installed and Healthy", func() error {
+		got := get(t, f.cp.c, "pkg.crossplane.io/v1", "Function", "", name)
+		for _, c := range []string{"Installed", "Healthy"} {
+			if conditionString(got, c, "status") != "True" {
+				return fmt.Errorf("%s", describe(got, c))
+			}
+		}
+		return nil
+	})
+}
+
+// installModelplane installs Modelplane's XRDs (the InferenceCluster one
+// extended as deploy/inferenceclusters.yaml ships it), the ModelDeployment
+// Composition of example/ with the test's input, and the InferenceCluster
+// and ModelReplica Compositions of deploy/relay/, their v0.3 steps run by
+// the stand-in.
+func (f *fleet) installModelplane(t *testing.T) {
+	t.Helper()
+	xrds := filepath.Join(f.root, "test", "schemas", "xrds") // Modelplane v0.3's
+	for _, file := range []string{
+		filepath.Join(xrds, "modeldeployments.yaml"),
+		filepath.Join(xrds, "modelreplicas.yaml"),
+		filepath.Join(xrds, "modelcaches.yaml"),
+		filepath.Join(f.root, "deploy", "inferenceclusters.yaml"),
+		filepath.Join(f.root, "test", "live", "testdata", "modelendpoints.yaml"),
+	} {
+		for _, xrd := range readObjects(t, file) {
+			apply(t, f.cp.c, xrd)
+			eventually(t, 2*time.Minute, "XRD "+xrd.GetName()+" Established", func() error {
+				got := get(t, f.cp.c, xrd.GetAPIVersion(), xrd.GetKind(), "", xrd.GetName())
+				if conditionString(got, "Established", "status") != "True" {
+					return fmt.Errorf("%s", describe(got, "Established"))
+				}
+				return nil
+			})
+		}
+	}
+	for _, c := range readObjects(t, filepath.Join(f.root, "example", "composition.yaml")) {
+		// Re-placing after 45s rather than 15m, and a binding the
+		// default profile mispredicts (see TestLiveFleet).
+		steps, _, _ := unstructured.NestedSlice(c.Object, "spec", "pipeline")
+		input := steps[0].(map[string]any)["input"].(map[string]any)
+		input["assumedBinding"] = "LeastFree"
+		input["replaceUnscheduledAfter"] = replaceAfter.String()
+		if err := unstructured.SetNestedSlice(c.Object, steps, "spec", "pipeline"); err != nil {
+			t.Fatal(err)
+		}
+		apply(t, f.cp.c, c)
+	}
+	for _, file := range []string{"inferenceclusters-composition.yaml", "modelreplicas-composition.yaml"} {
+		for _, c := range readObjects(t, filepath.Join(f.root, "deploy", "relay", file)) {
+			f.standIn(t, c)
+			apply(t, f.cp.c, c)
+		}
+	}
+	apply(t, f.cp.c, object("v1", "Namespace", "", namespace))
+}
+
+// standIn has a Composition's Modelplane steps call the stand-in, with its
+// InferenceClasses as the stand-in's input.
+func (f *fleet) standIn(t *testing.T, c *unstructured.Unstructured) {
+	t.Helper()
+	steps, _, _ := unstructured.NestedSlice(c.Object, "spec", "pipeline")
+	for _, s := range steps {
+		step := s.(map[string]any)
+		ref := step["functionRef"].(map[string]any)
+		name, _ := ref["name"].(string)
+		if !strings.HasPrefix(name, "modelplane-modelplanecompose-") {
+			continue
+		}
+		ref["name"] = fnStandin
+		if name == "modelplane-modelplanecompose-inference-cluster" {
+			step["input"] = map[string]any{"apiVersion": "standin.fleet.test/v1", "kind": "Input", "classes": classes(), "gatewayDomain": "gw.fleet.test"}
+		}
+	}
+	if err := unstructured.SetNestedSlice(c.Object, steps, "spec", "pipeline"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// inferenceCluster reads an InferenceCluster.
+func (f *fleet) inferenceCluster(t *testing.T, name string) *unstructured.Unstructured {
+	t.Helper()
+	return get(t, f.cp.c, apiVersion, "InferenceCluster", "", name)
+}
+
+// dump writes the control plane's and the workload clusters' objects to
+// the logs.
+func (f *fleet) dump(t *testing.T) {
+	t.Helper()
+	dump(t, f.cp.c, filepath.Join(f.logs, "control-plane-objects.yaml"),
+		[2]string{apiVersion, "ModelDeployment"}, [2]string{apiVersion, "ModelReplica"}, [2]string{apiVersion, "InferenceCluster"},
+		[2]string{objectAPIVersion, "Object"}, [2]string{"pkg.crossplane.io/v1", "Function"})
+	for name, w := range f.clusters {
+		dump(t, w.api.c, filepath.Join(f.logs, name+"-objects.yaml"),
+			[2]string{"v1", "Pod"}, [2]string{"resource.k8s.io/v1", "ResourceClaim"}, [2]string{"apps/v1", "Deployment"},
+			[2]string{agentAPIVersion, "PoolObservation"}, [2]string{agentAPIVersion, "ReplicaObservation"}, [2]string{"v1", "Node"})
+	}
+}
+
+// port returns a port nothing listens on now, on loopback.
+func port(t *testing.T) string {
+	t.Helper()
+	addr := testenv.FreeLoopbackAddr(t)
+	return addr[strings.LastIndex(addr, ":")+1:]
+}

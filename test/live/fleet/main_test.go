@@ -1,0 +1,106 @@
+// Package fleet runs a live fleet: a Modelplane v0.3 control plane and two
+// workload clusters, every part a binary built from source and started on
+// loopback in namespaces of the test's own. The control plane is etcd,
+// kube-apiserver, Crossplane core, provider-kubernetes (with watches),
+// fleet-scheduler, the relay and a stand-in for Modelplane's Python
+// functions, over mutual TLS. Each workload cluster is a kube-apiserver on
+// the same etcd (a key prefix of its own), kube-scheduler,
+// kube-controller-manager's deployment, replicaset, resourceclaim and
+// garbage-collector controllers, and the cluster agent installed from
+// deploy/cluster-agent/. There is no kubelet: Nodes and ResourceSlices are
+// written through the API as a kubelet and a DRA driver would, and pods are
+// bound, never run.
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/modelplaneai/fleet-scheduler/test/internal/testenv"
+	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
+)
+
+// Environment TestMain hands the tests.
+const (
+	envArtifacts  = "FLEET_ARTIFACTS"  // ./hack/build-xpkg.sh's output, the agent and the stand-in
+	envCrossplane = "FLEET_CROSSPLANE" // Crossplane core's module directory (its CRDs)
+	envProvider   = "FLEET_PROVIDER"   // provider-kubernetes' module directory (its CRDs)
+)
+
+// suite runs the tests in network and PID namespaces of their own: only
+// loopback exists there, and every process the tests start ends with them.
+var suite = harness.Suite{Name: "live-fleet", Prepare: prepare} //nolint:gochecknoglobals // The suite's one description, for TestMain and the tests.
+
+// TestMain builds what the fleet runs while the Go module proxy can be
+// reached, then runs the tests in namespaces.
+func TestMain(m *testing.M) {
+	// The clients' own logs are not the test's.
+	ctrllog.SetLogger(logr.Discard())
+	os.Exit(suite.Main(m))
+}
+
+// prepare builds the control plane (bin/control-plane/, current binaries
+// reused), the crossplane CLI, the function's and the relay's packages,
+// the agent as its image has it, and the stand-in and its package.
+func prepare(root, logs string) ([]string, error) {
+	artifacts := filepath.Join(logs, "artifacts")
+	crossplane := filepath.Join(root, "bin", "crossplane")
+	standin := filepath.Join(artifacts, "standin")
+	static := []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + runtime.GOARCH}
+	steps := []struct {
+		name, dir string
+		env       []string
+		cmd       []string
+	}{
+		{name: "build-control-plane", dir: root, cmd: []string{"./hack/build-control-plane.sh"}},
+		{name: "build-crossplane", dir: root, cmd: []string{"./hack/build-crossplane.sh"}},
+		{name: "build-xpkg", dir: root, env: []string{"ARCHS=" + runtime.GOARCH, "OUTPUT_DIR=" + artifacts, "CROSSPLANE=" + crossplane}, cmd: []string{"./hack/build-xpkg.sh"}},
+		{name: "build-agent", dir: filepath.Join(root, "cmd", "cluster-agent"), env: static,
+			cmd: []string{"go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(artifacts, "bin", "cluster-agent"), "."}},
+		{name: "build-standin", dir: filepath.Join(root, "test", "live"), env: static,
+			cmd: []string{"go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(standin, "standin"), "./fleet/standin"}},
+		{name: "build-standin-xpkg", dir: root, cmd: []string{crossplane, "xpkg", "build", "--package-root=" + filepath.Join(root, "test", "live", "fleet", "standin", "package"), "-o", filepath.Join(standin, "standin.xpkg")}},
+	}
+	for _, s := range steps {
+		started := time.Now()
+		out, err := testenv.Run(context.Background(), s.dir, s.env, s.cmd[0], s.cmd[1:]...)
+		log := filepath.Join(logs, s.name+".log")
+		if werr := os.WriteFile(log, []byte(out), 0o644); werr != nil {
+			return nil, fmt.Errorf("cannot write %s: %w", log, werr)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%v: %w (log: %s)\n%s", s.cmd, err, log, tail(out))
+		}
+		fmt.Fprintf(os.Stderr, "live-fleet: %s done in %s (log: %s)\n", s.name, time.Since(started).Round(time.Second), log)
+	}
+	env := []string{envArtifacts + "=" + artifacts}
+	for _, m := range []struct{ env, wrapper, module string }{
+		{envCrossplane, "crossplane", "github.com/crossplane/crossplane/v2"},
+		{envProvider, "provider-kubernetes", "github.com/crossplane-contrib/provider-kubernetes"},
+	} {
+		dir, err := testenv.Run(context.Background(), filepath.Join(root, "test", "live", "controlplane", m.wrapper),
+			[]string{"GOWORK=off", "GOFLAGS=-mod=readonly"}, "go", "list", "-m", "-f", "{{.Dir}}", m.module)
+		if err != nil {
+			return nil, fmt.Errorf("cannot find the module directory of %s: %w\n%s", m.module, err, dir)
+		}
+		env = append(env, m.env+"="+strings.TrimSpace(dir))
+	}
+	return env, nil
+}
+
+func tail(s string) string {
+	const n = 4000
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}

@@ -1,0 +1,354 @@
+package fleet
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+
+	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
+)
+
+const (
+	agentAPIVersion = "agent.modelplane.ai/v1alpha1"
+	agentNamespace  = "modelplane-cluster-agent"
+	gpuDriver       = "gpu.nvidia.com"
+	poolLabel       = "modelplane.ai/pool"
+	clusterLabel    = "fleet.test/cluster"
+)
+
+// workloadSpec is a workload cluster: its pools, and its kube-scheduler's
+// profile.
+type workloadSpec struct {
+	name string
+	// mostAllocated runs kube-scheduler with NodeResourcesFit scoring
+	// MostAllocated; otherwise its default profile (LeastAllocated).
+	mostAllocated bool
+	pools         []poolSpec
+}
+
+// poolSpec is a GPU pool: nodes of one InferenceClass.
+type poolSpec struct {
+	name, class string
+	nodes       int
+}
+
+// classSpec is an InferenceClass: what each of its nodes has.
+type classSpec struct {
+	gpus            int
+	product         string
+	memory          string
+	cpu, nodeMemory string
+}
+
+// gpuClasses are the InferenceClasses of the fleet: AWS's g6.12xlarge (4
+// L4), g5.12xlarge (4 A10G) and g6e.48xlarge (8 L40S), less what a kubelet
+// reserves.
+func gpuClasses() map[string]classSpec {
+	return map[string]classSpec{
+		"l4-4x":   {gpus: 4, product: "NVIDIA L4", memory: "23034Mi", cpu: "47", nodeMemory: "180Gi"},
+		"a10g-4x": {gpus: 4, product: "NVIDIA A10G", memory: "23028Mi", cpu: "47", nodeMemory: "180Gi"},
+		"l40s-8x": {gpus: 8, product: "NVIDIA L40S", memory: "46068Mi", cpu: "191", nodeMemory: "1500Gi"},
+	}
+}
+
+// workloads are the workload clusters: alpha runs kube-scheduler's
+// default profile, beta MostAllocated. Each pool's class pins what lands
+// on it (its CEL selectors name the product); pair comes before spare, so
+// that a replica placed on alpha goes to pair first.
+func workloads() []workloadSpec {
+	return []workloadSpec{
+		{name: "alpha", pools: []poolSpec{{"quad", "l4-4x", 1}, {"pair", "a10g-4x", 2}, {"spare", "a10g-4x", 1}}},
+		{name: "beta", mostAllocated: true, pools: []poolSpec{{"octo", "l40s-8x", 1}}},
+	}
+}
+
+// classes are the devices each InferenceClass declares, as the
+// stand-in's input: status.gpuPools[].devices as v0.3 copies them.
+func classes() map[string]any {
+	out := map[string]any{}
+	for name, c := range gpuClasses() {
+		out[name] = []any{map[string]any{
+			"name": "gpu", "claim": "DRA", "driver": gpuDriver, "deviceClassName": gpuDriver, "count": int64(c.gpus),
+			"attributes": map[string]any{"productName": map[string]any{"string": c.product}},
+			"capacity":   map[string]any{"memory": map[string]any{"value": c.memory}},
+		}}
+	}
+	return out
+}
+
+// workload is a running workload cluster.
+type workload struct {
+	spec      workloadSpec
+	api       *apiServer
+	scheduler *harness.Process
+	schedArgs []string
+	agent     *harness.Process
+	agentArgs []string
+	agentEnv  []string
+	manifests []*unstructured.Unstructured // deploy/cluster-agent/, rendered
+}
+
+// startWorkload starts a workload cluster on the fleet's etcd, registers
+// its nodes and their GPUs, installs the cluster agent, and adds its
+// InferenceCluster to the control plane.
+func (f *fleet) startWorkload(t *testing.T, spec workloadSpec) *workload {
+	t.Helper()
+	w := &workload{spec: spec, api: f.startAPIServer(t, spec.name, f.etcd)}
+	_, kubeconfig := w.api.adminKubeconfig(t)
+	harness.StartProcess(t, f.logs, spec.name+"-kube-controller-manager", filepath.Join(f.bin, "kube-controller-manager"), nil,
+		"--kubeconfig="+kubeconfig,
+		// Deployments make ReplicaSets, ReplicaSets pods, and the
+		// resourceclaim controller each pod's claim from its template.
+		// No node-lifecycle controller: there is no kubelet to heartbeat.
+		"--controllers=deployment-controller,replicaset-controller,resourceclaim-controller,garbage-collector-controller",
+		"--leader-elect=false", "--secure-port=0").Running(t)
+	w.schedArgs = []string{"--config=" + f.schedulerConfig(t, spec, kubeconfig), "--secure-port=0"}
+	w.startScheduler(t, f)
+
+	w.register(t)
+	f.installAgent(t, w)
+
+	// The control plane reaches the cluster through a kubeconfig Secret,
+	// as an Existing InferenceCluster's spec names it.
+	cfg, _ := w.api.adminKubeconfig(t)
+	apply(t, f.cp.c, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Secret",
+		"metadata":   map[string]any{"namespace": systemNamespace, "name": spec.name + "-kubeconfig"},
+		"stringData": map[string]any{"kubeconfig": string(cfg)},
+	}})
+	pools := make([]any, 0, len(spec.pools))
+	for _, p := range spec.pools {
+		pools = append(pools, map[string]any{"name": p.name, "className": p.class, "nodeCount": int64(p.nodes)})
+	}
+	apply(t, f.cp.c, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": apiVersion, "kind": "InferenceCluster",
+		"metadata": map[string]any{"name": spec.name, "labels": map[string]any{clusterLabel: spec.name}},
+		"spec": map[string]any{
+			"cluster":   map[string]any{"source": "Existing", "existing": map[string]any{"secretRef": map[string]any{"name": spec.name + "-kubeconfig", "key": "kubeconfig"}}},
+			"nodePools": pools,
+		},
+	}})
+	return w
+}
+
+// schedulerConfig writes the cluster's KubeSchedulerConfiguration.
+func (f *fleet) schedulerConfig(t *testing.T, spec workloadSpec, kubeconfig string) string {
+	t.Helper()
+	cfg := map[string]any{
+		"apiVersion":       "kubescheduler.config.k8s.io/v1",
+		"kind":             "KubeSchedulerConfiguration",
+		"clientConnection": map[string]any{"kubeconfig": kubeconfig},
+		"leaderElection":   map[string]any{"leaderElect": false},
+	}
+	if spec.mostAllocated {
+		cfg["profiles"] = []any{map[string]any{
+			"schedulerName": "default-scheduler",
+			"pluginConfig": []any{map[string]any{"name": "NodeResourcesFit", "args": map[string]any{
+				"scoringStrategy": map[string]any{"type": "MostAllocated", "resources": []any{
+					map[string]any{"name": "cpu", "weight": 1}, map[string]any{"name": "memory", "weight": 1},
+				}},
+			}}},
+		}}
+	}
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(f.logs, spec.name, "kube-scheduler.yaml")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// startScheduler starts the cluster's kube-scheduler.
+func (w *workload) startScheduler(t *testing.T, f *fleet) {
+	t.Helper()
+	w.scheduler = harness.StartProcess(t, f.logs, w.spec.name+"-kube-scheduler", filepath.Join(f.bin, "kube-scheduler"), nil, w.schedArgs...)
+	w.scheduler.Running(t)
+}
+
+// register writes, through the API, what the kubelets and the GPU DRA
+// driver of a cluster would: a Ready Node per pool node, labelled with its
+// pool and tainted as v0.3's GPU node groups are, with its cpu, memory and
+// pods allocatable, and a ResourceSlice of its GPUs; the DeviceClass of
+// the driver; and one node outside the pools, for the endpoint pickers.
+func (w *workload) register(t *testing.T) {
+	t.Helper()
+	c := w.api.c
+	class := &resourcev1.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: gpuDriver},
+		Spec:       resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "` + gpuDriver + `"`}}}},
+	}
+	if err := c.Create(t.Context(), class); err != nil {
+		t.Fatalf("cannot create DeviceClass %s in %s: %v", class.Name, w.spec.name, err)
+	}
+	w.node(t, "system-0", nil, nil, "8", "32Gi")
+	for _, p := range w.spec.pools {
+		cs := gpuClasses()[p.class]
+		for i := range p.nodes {
+			name := fmt.Sprintf("%s-%d", p.name, i)
+			w.node(t, name, map[string]string{poolLabel: p.name},
+				[]corev1.Taint{{Key: "nvidia.com/gpu", Value: "true", Effect: corev1.TaintEffectNoSchedule}}, cs.cpu, cs.nodeMemory)
+			devices := make([]resourcev1.Device, 0, cs.gpus)
+			for g := range cs.gpus {
+				devices = append(devices, resourcev1.Device{
+					Name:       "gpu-" + strconv.Itoa(g),
+					Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"productName": {StringValue: new(cs.product)}},
+					Capacity:   map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{"memory": {Value: resource.MustParse(cs.memory)}},
+				})
+			}
+			slice := &resourcev1.ResourceSlice{
+				ObjectMeta: metav1.ObjectMeta{Name: name + "-" + gpuDriver},
+				Spec: resourcev1.ResourceSliceSpec{
+					Driver: gpuDriver, NodeName: new(name), Devices: devices,
+					Pool: resourcev1.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: 1},
+				},
+			}
+			if err := c.Create(t.Context(), slice); err != nil {
+				t.Fatalf("cannot create ResourceSlice %s in %s: %v", slice.Name, w.spec.name, err)
+			}
+		}
+	}
+}
+
+// node creates a Ready Node with its allocatable.
+func (w *workload) node(t *testing.T, name string, labels map[string]string, taints []corev1.Taint, cpu, memory string) {
+	t.Helper()
+	l := map[string]string{corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64"}
+	for k, v := range labels {
+		l[k] = v
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}, Spec: corev1.NodeSpec{Taints: taints}}
+	if err := w.api.c.Create(t.Context(), n); err != nil {
+		t.Fatalf("cannot create Node %s in %s: %v", name, w.spec.name, err)
+	}
+	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory), corev1.ResourcePods: resource.MustParse("110")}
+	now := metav1.Now()
+	n.Status = corev1.NodeStatus{
+		Capacity: res, Allocatable: res,
+		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}},
+	}
+	if err := w.api.c.Status().Update(t.Context(), n); err != nil {
+		t.Fatalf("cannot write the status of Node %s in %s: %v", name, w.spec.name, err)
+	}
+	// The API server taints a new Node not-ready (TaintNodesByCondition);
+	// the node-lifecycle controller lifts the taint once the node is
+	// Ready. It does not run here (no kubelet heartbeats): lift it as it
+	// would.
+	eventually(t, 30*time.Second, "Node "+name+" without the not-ready taint", func() error {
+		if err := w.api.c.Get(t.Context(), client.ObjectKey{Name: name}, n); err != nil {
+			return err
+		}
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady })
+		return w.api.c.Update(t.Context(), n)
+	})
+}
+
+// installAgent renders deploy/cluster-agent/ as `kubectl apply -k` does,
+// applies it server-side as kubectl apply --server-side would, and runs
+// the agent as its ServiceAccount with its Deployment's arguments and
+// environment. One replica: the Deployment runs two, the other waiting on
+// the Lease. Its health and metrics addresses are moved off :8081 and
+// :8080 (the test's processes share one network namespace; pods do not).
+func (f *fleet) installAgent(t *testing.T, w *workload) {
+	t.Helper()
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(f.root, "deploy", "cluster-agent"))
+	if err != nil {
+		t.Fatalf("cannot render deploy/cluster-agent/ as kubectl apply -k does: %v", err)
+	}
+	for _, r := range m.Resources() {
+		y, err := r.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(y, &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		w.manifests = append(w.manifests, u)
+	}
+	first := func(u *unstructured.Unstructured) bool {
+		return u.GetKind() == "CustomResourceDefinition" || u.GetKind() == "Namespace"
+	}
+	for _, u := range w.manifests {
+		if first(u) {
+			serverSideApply(t, w.api.c, u)
+		}
+	}
+	eventually(t, time.Minute, "the agent's CRDs served in "+w.spec.name, func() error {
+		for _, kind := range []string{"PoolObservation", "ReplicaObservation"} {
+			l := &unstructured.UnstructuredList{}
+			l.SetAPIVersion(agentAPIVersion)
+			l.SetKind(kind + "List")
+			if err := w.api.c.List(t.Context(), l, client.Limit(1)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, u := range w.manifests {
+		if !first(u) {
+			serverSideApply(t, w.api.c, u)
+		}
+	}
+	var d *appsv1.Deployment
+	for _, u := range w.manifests {
+		if u.GetKind() == "Deployment" {
+			d = &appsv1.Deployment{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if d == nil {
+		t.Fatal("deploy/cluster-agent/ has no Deployment")
+	}
+	pod := d.Spec.Template.Spec
+	_, kubeconfig := w.api.kubeconfig(t, "cluster-agent", w.api.token(t, d.Namespace, pod.ServiceAccountName))
+	w.agentArgs = []string{"--kubeconfig=" + kubeconfig}
+	for _, a := range pod.Containers[0].Args {
+		switch {
+		case strings.HasPrefix(a, "--health-address="):
+			a = "--health-address=127.0.0.1:" + port(t)
+		case strings.HasPrefix(a, "--metrics-address="):
+			a = "--metrics-address=127.0.0.1:" + port(t)
+		}
+		w.agentArgs = append(w.agentArgs, a)
+	}
+	// The downward API's values of the Deployment's env.
+	w.agentEnv = []string{"POD_NAME=cluster-agent-" + w.spec.name + "-0", "POD_NAMESPACE=" + d.Namespace}
+	w.startAgent(t, f)
+}
+
+// startAgent starts the cluster's agent.
+func (w *workload) startAgent(t *testing.T, f *fleet) {
+	t.Helper()
+	w.agent = harness.StartProcess(t, f.logs, w.spec.name+"-cluster-agent", filepath.Join(f.artifacts, "bin", "cluster-agent"), w.agentEnv, w.agentArgs...)
+	w.agent.Running(t)
+}
+
+// serverSideApply applies an object as kubectl apply --server-side does.
+func serverSideApply(t *testing.T, c client.Client, u *unstructured.Unstructured) {
+	t.Helper()
+	if err := c.Patch(t.Context(), u.DeepCopy(), client.Apply, client.FieldOwner("kubectl"), client.ForceOwnership); err != nil { //nolint:staticcheck // Apply of an unstructured object, as kubectl does.
+		t.Fatalf("the API server refused %s %s: %v", u.GetKind(), key(u), err)
+	}
+}
