@@ -1,0 +1,120 @@
+package plan
+
+import (
+	"sync"
+	"time"
+
+	"github.com/modelplaneai/fleet-scheduler/scheduling"
+)
+
+// DefaultFullEvery is how often a deployment's calls read the whole fleet
+// at least, however safe reading less would be: a label goes stale where
+// its deployment stops recomputing it (paused, or every call Fatal), and
+// only a full read sees the replicas composed by something that labels
+// nothing (docs/spec.md#narrow-requests).
+const DefaultFullEvery = 5 * time.Minute
+
+// Narrowing is what a server knows that lets a call ask for only its own
+// replicas and those no report counts, instead of every ModelReplica of
+// the fleet (docs/spec.md#narrow-requests). It is safe for concurrent
+// calls. A nil *Narrowing never narrows.
+type Narrowing struct {
+	every time.Duration
+
+	mu sync.Mutex
+	// labelled is whether the last fleet of API objects this server read
+	// whole had the counted label on every ModelReplica.
+	labelled bool
+	// full is when each deployment's last call read the whole fleet, by
+	// its uid.
+	full map[string]time.Time
+}
+
+// NewNarrowing is a server's knowledge as it starts: none, so that every
+// deployment's first call reads the whole fleet. A deployment reads it
+// again at least every.
+func NewNarrowing(every time.Duration) *Narrowing {
+	return &Narrowing{every: every, full: map[string]time.Time{}}
+}
+
+// Ask is what a call's iteration knows when it decides what to ask for.
+type Ask struct {
+	// Deployment is the XR's uid; a fixture's XR has none.
+	Deployment string
+	// WentFull is whether an earlier iteration of the call asked for the
+	// whole fleet: it then stays full.
+	WentFull bool
+	// Clusters are the clusters this iteration carries, read and judged;
+	// nil before Crossplane has fetched any.
+	Clusters []scheduling.Cluster
+	Now      time.Time
+}
+
+// Narrow says whether a call's iteration may ask for the narrow requests:
+// only when the server has read a fleet of API objects whole with every
+// ModelReplica labelled, the deployment read it whole within every, no
+// earlier iteration went full, and every pool of every cluster the
+// iteration carries has a usable report. Before any cluster is carried it
+// may: the next iteration, which carries them, decides again.
+func (n *Narrowing) Narrow(a Ask) bool {
+	if n == nil || a.Deployment == "" || a.WentFull {
+		return false
+	}
+	n.mu.Lock()
+	last, ok := n.full[a.Deployment]
+	labelled := n.labelled
+	n.mu.Unlock()
+	if !labelled || !ok || a.Now.Sub(last) >= n.every || a.Now.Before(last) {
+		return false
+	}
+	for _, c := range a.Clusters {
+		if !everyPoolUsable(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// everyPoolUsable is whether a cluster read, and each of its pools has a
+// usable report: only then does a replica that report counts charge
+// nothing there, however it is labelled.
+func everyPoolUsable(c scheduling.Cluster) bool {
+	if c.Unreadable != "" {
+		return false
+	}
+	for _, p := range c.Object.Status.GPUPools {
+		if c.Observed[p.Name] == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// ReadWhole records a call that read the whole fleet: for a deployment
+// with a uid, when; and, when every ModelReplica read was an API object,
+// whether every one carried the counted label. A fleet of fixtures proves
+// nothing about the fleet.
+func (n *Narrowing) ReadWhole(deployment string, unlabelled, fixtures int, now time.Time) {
+	if n == nil || deployment == "" {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if fixtures == 0 {
+		n.labelled = unlabelled == 0
+	}
+	n.full[deployment] = now
+	if len(n.full) > maxRemembered {
+		// Deployments deleted long ago would otherwise stay forever; one
+		// forgotten only reads the whole fleet on its next call.
+		for uid, at := range n.full {
+			if now.Sub(at) >= n.every {
+				delete(n.full, uid)
+			}
+		}
+	}
+}
+
+// maxRemembered is how many deployments' last full reads a server keeps
+// before it forgets those that are due one anyway.
+const maxRemembered = 4096
