@@ -50,9 +50,12 @@ func IsReady(s *structpb.Struct) bool {
 func ReplicaFromObserved(s *structpb.Struct) *structpb.Struct {
 	out := DesiredFromObserved(s)
 	md := out.GetFields()["metadata"].GetStructValue()
-	labels := &structpb.Struct{Fields: map[string]*structpb.Value{}}
-	maps.Copy(labels.Fields, md.GetFields()["labels"].GetStructValue().GetFields())
-	labels.Fields[v1alpha1.LabelCounted] = structpb.NewStringValue("false")
+	fields := maps.Clone(md.GetFields()["labels"].GetStructValue().GetFields())
+	if fields == nil {
+		fields = map[string]*structpb.Value{}
+	}
+	fields[v1alpha1.LabelCounted] = structpb.NewStringValue("false")
+	labels := &structpb.Struct{Fields: fields}
 	md.Fields["labels"] = structpb.NewStructValue(labels)
 	return out
 }

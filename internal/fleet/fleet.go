@@ -255,11 +255,11 @@ func (r *Reader) readReplicas(sr *structReader, items Items, xr *v1alpha1.ModelD
 
 // count counts a replica read: whether it carries the counted label, and
 // whether it is an API object.
-func (fl *Fleet) count(labelled, real bool) {
+func (fl *Fleet) count(labelled, apiObject bool) {
 	if !labelled {
 		fl.Unlabelled++
 	}
-	if !real {
+	if !apiObject {
 		fl.Fixtures++
 	}
 }
