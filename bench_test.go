@@ -109,7 +109,9 @@ func BenchmarkRunFunction(b *testing.B) {
 		for _, every := range []int{100, 200} {
 			xr := benchDeployment()
 			xr.Metadata.UID = "uid-bench"
-			fleet := sync.OnceValues(func() ([]*v1alpha1.InferenceCluster, []*v1alpha1.ModelReplica) { return benchfleet.FleetOf(n, benchNow, every) })
+			fleet := sync.OnceValues(func() ([]*v1alpha1.InferenceCluster, []*v1alpha1.ModelReplica) {
+				return benchfleet.FleetOf(n, benchNow, every)
+			})
 			for _, narrow := range []bool{false, true} {
 				request := sync.OnceValues(func() ([]byte, error) {
 					clusters, replicas := fleet()
