@@ -145,6 +145,7 @@ func benchServe(b *testing.B, request func() ([]byte, error), n int, warm, narro
 			// A server that read the labelled fleet whole a minute ago.
 			s.fn.narrowing = plan.NewNarrowing(plan.DefaultFullEvery)
 			s.fn.narrowing.ReadWhole("uid-bench", 0, 0, benchNow.Add(-time.Minute))
+			s.fn.narrowing.Answered("uid-bench", nil)
 		}
 		return s
 	}

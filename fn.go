@@ -90,6 +90,7 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, rsp *f
 	if !required.narrow {
 		f.narrowing.ReadWhole(xr.Metadata.UID, fl.Unlabelled, fl.Fixtures, now)
 	}
+	f.narrowing.Answered(xr.Metadata.UID, fl.Clusters)
 	if err := gone(ctx, "answer the call"); err != nil {
 		return err
 	}

@@ -4,13 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
+	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -21,10 +26,13 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
 	"github.com/modelplaneai/fleet-scheduler/internal/assume"
+	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
+	"github.com/modelplaneai/fleet-scheduler/sim"
+	"github.com/modelplaneai/fleet-scheduler/sim/caller"
 )
 
 // narrowing is a server that read a fleet of API objects whole, every
@@ -33,6 +41,7 @@ import (
 func narrowing(uid string, t time.Time) *plan.Narrowing {
 	n := plan.NewNarrowing(plan.DefaultFullEvery)
 	n.ReadWhole(uid, 0, 0, t)
+	n.Answered(uid, nil)
 	return n
 }
 
@@ -507,4 +516,145 @@ func TestNarrowAssumedPlacements(t *testing.T) {
 			t.Errorf("%s\nb placed %d replicas, want %d", step.reason, got, step.placed)
 		}
 	}
+}
+
+// narrowReport, when set, is where TestFleetSimNarrow writes what each run's
+// calls cost on the wire beside what they placed:
+//
+//	go test -run TestFleetSimNarrow -count 1 . -args -narrow-report "$PWD/docs/narrow-calls.md"
+var narrowReport = flag.String("narrow-report", "", "write TestFleetSimNarrow's report to this file")
+
+// clockedCaller is Crossplane calling the function over gRPC, through the
+// request codec, for the simulator's reconciles, the function's clock at
+// each reconcile's time.
+type clockedCaller struct {
+	caller *caller.Caller
+	clock  *time.Time
+}
+
+func (c clockedCaller) Reconcile(d *v1alpha1.ModelDeployment, clusters []*v1alpha1.InferenceCluster, replicas []*v1alpha1.ModelReplica, now time.Time) ([]*v1alpha1.ModelReplica, error) {
+	*c.clock = now
+	return c.caller.Reconcile(d, clusters, replicas, now)
+}
+
+// TestFleetSimNarrow runs simulated fleets twice: through the direct path,
+// and through the function served over gRPC with its request codec, where
+// Crossplane's side answers each iteration's requirements from the fleet,
+// so calls go narrow where that is safe. The fleets must be the same round
+// by round; the calls' bytes are the point.
+func TestFleetSimNarrow(t *testing.T) {
+	var scenarios []sim.Scenario
+	for _, sc := range sim.Scenarios() {
+		if sc.Name == "h100-mixed" || sc.Name == "l4-agent-silent" {
+			scenarios = append(scenarios, sc)
+		}
+	}
+	if len(scenarios) != 2 {
+		t.Fatalf("want the scenarios h100-mixed and l4-agent-silent, found %d", len(scenarios))
+	}
+	if testing.Short() {
+		scenarios = scenarios[1:]
+	}
+	var report bytes.Buffer
+	report.WriteString(narrowReportHead)
+	for _, sc := range scenarios {
+		t.Run(sc.Name, func(t *testing.T) {
+			m := sim.Fresh()
+			cfg := sc.Config(m, sim.KubeDefault, sim.Direct{Input: sim.Input(m.Binding)})
+			cfg.ReconcileAll = true // every deployment called every round, as its TTL would
+			want, err := sim.Run(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			var clock time.Time
+			f := newFunction(logging.NewNopLogger(), true, 0)
+			f.now = func() time.Time { return clock }
+			f.narrowing = plan.NewNarrowing(plan.DefaultFullEvery)
+			lis := bufconn.Listen(1 << 20)
+			requests := codec.New(requiredClusters, requiredReplicas, requiredOwnReplicas, requiredUncountedReplicas)
+			srv := grpc.NewServer(grpc.ForceServerCodecV2(requests), grpc.MaxRecvMsgSize(64<<20))
+			fnv1.RegisterFunctionRunnerServiceServer(srv, requests.Server(f))
+			go func() { _ = srv.Serve(lis) }()
+			defer srv.Stop()
+			in := mustStruct(map[string]any{"apiVersion": "scheduler.fn.modelplane.ai/v1beta1", "kind": "Input", "assumedBinding": string(m.Binding)})
+			c := &caller.Caller{Client: fnv1.NewFunctionRunnerServiceClient(dialBufconn(t, lis)), Input: in}
+			cfg.Reconciler = clockedCaller{caller: c, clock: &clock}
+			got, err := sim.Run(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(want.Series, got.Series) {
+				t.Errorf("through narrow calls the fleet differs from the direct path:\nwant %v\ngot  %v", want.Series, got.Series)
+			}
+			stats := narrowStats(c.Calls)
+			if stats.narrow == 0 {
+				t.Error("no call went narrow")
+			}
+			if sc.AgentStopsAfter > 0 && c.Calls[len(c.Calls)-1].Narrow {
+				t.Error("the agent went silent and its reports stale, yet the last call went narrow")
+			}
+			t.Logf("%s: %d calls, %d narrow; bytes per call: full %.0f, narrow %.0f", sc.Name, len(c.Calls), stats.narrow, stats.fullBytes, stats.narrowBytes)
+			fmt.Fprintf(&report, "| %s | %d | %d | %d | %d | %.0f | %.0f | %.0f | %d of %d |\n", sc.Name, got.Placed, got.Wanted, len(c.Calls), stats.narrow,
+				stats.fullBytes, stats.narrowBytes, stats.allBytes, stats.iterations, len(c.Calls))
+		})
+	}
+	if *narrowReport != "" {
+		report.WriteString(narrowReportTail)
+		if err := os.WriteFile(*narrowReport, report.Bytes(), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+const narrowReportHead = `# Narrow calls in the simulator
+
+Generated by ` + "`go test -run TestFleetSimNarrow -count 1 . -args -narrow-report \"$PWD/docs/narrow-calls.md\"`" + `.
+Each scenario runs with a fresh agent under the kube-default binder, every
+deployment reconciled every round, through the function served over gRPC
+with its request codec: Crossplane's side (` + "`sim/caller`" + `) answers each
+iteration's requirements from the simulated fleet, so a call goes narrow
+where docs/spec.md#narrow-requests allows. The placements equal the direct
+path's round by round (the test fails otherwise). Bytes are of the request
+that carried the fleet, averaged over the calls of each kind; "all
+iterations" adds the requests that only carried requirements.
+
+| scenario | placed | wanted | calls | narrow | bytes per full call | bytes per narrow call | bytes per call, all iterations | calls in 2 iterations |
+|---|---:|---:|---:|---:|---:|---:|---:|---:|
+`
+
+const narrowReportTail = `
+A deployment's first call on a server reads the whole fleet, and so does
+every call while a pool of its clusters has no usable report (the silent
+agent's reports go stale 5m after it stops), and at least every 5 minutes
+(` + "`--full-read-every`" + `).
+`
+
+// callStats sum up a run's calls.
+type callStats struct {
+	narrow, iterations               int
+	fullBytes, narrowBytes, allBytes float64
+}
+
+func narrowStats(calls []caller.Call) callStats {
+	var s callStats
+	var full, narrow int
+	for _, c := range calls {
+		s.allBytes += float64(c.AllBytes)
+		if c.Iterations == 2 {
+			s.iterations++
+		}
+		if c.Narrow {
+			narrow++
+			s.narrowBytes += float64(c.Bytes)
+		} else {
+			full++
+			s.fullBytes += float64(c.Bytes)
+		}
+	}
+	s.narrow = narrow
+	s.fullBytes /= float64(max(full, 1))
+	s.narrowBytes /= float64(max(narrow, 1))
+	s.allBytes /= float64(max(len(calls), 1))
+	return s
 }

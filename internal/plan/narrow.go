@@ -28,13 +28,19 @@ type Narrowing struct {
 	// full is when each deployment's last call read the whole fleet, by
 	// its uid.
 	full map[string]time.Time
+	// usable is whether every pool of each deployment's clusters had a
+	// usable report at its last call, by its uid: a call's first
+	// iteration, which carries no cluster yet, asks narrowly only then,
+	// and a fleet whose reports went stale costs no narrow iteration
+	// before every full one.
+	usable map[string]bool
 }
 
 // NewNarrowing is a server's knowledge as it starts: none, so that every
 // deployment's first call reads the whole fleet. A deployment reads it
 // again at least every.
 func NewNarrowing(every time.Duration) *Narrowing {
-	return &Narrowing{every: every, full: map[string]time.Time{}}
+	return &Narrowing{every: every, full: map[string]time.Time{}, usable: map[string]bool{}}
 }
 
 // Ask is what a call's iteration knows when it decides what to ask for.
@@ -55,17 +61,21 @@ type Ask struct {
 // ModelReplica labelled, the deployment read it whole within every, no
 // earlier iteration went full, and every pool of every cluster the
 // iteration carries has a usable report. Before any cluster is carried it
-// may: the next iteration, which carries them, decides again.
+// may, if they all had at the deployment's last call: the next iteration,
+// which carries them, decides again.
 func (n *Narrowing) Narrow(a Ask) bool {
 	if n == nil || a.Deployment == "" || a.WentFull {
 		return false
 	}
 	n.mu.Lock()
 	last, ok := n.full[a.Deployment]
-	labelled := n.labelled
+	labelled, usable := n.labelled, n.usable[a.Deployment]
 	n.mu.Unlock()
 	if !labelled || !ok || a.Now.Sub(last) >= n.every || a.Now.Before(last) {
 		return false
+	}
+	if a.Clusters == nil {
+		return usable
 	}
 	for _, c := range a.Clusters {
 		if !everyPoolUsable(c) {
@@ -90,6 +100,21 @@ func everyPoolUsable(c scheduling.Cluster) bool {
 	return true
 }
 
+// Answered records a call that read its fleet: whether every pool of its
+// clusters had a usable report, for its next call's first iteration.
+func (n *Narrowing) Answered(deployment string, clusters []scheduling.Cluster) {
+	if n == nil || deployment == "" {
+		return
+	}
+	usable := true
+	for _, c := range clusters {
+		usable = usable && everyPoolUsable(c)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.usable[deployment] = usable
+}
+
 // ReadWhole records a call that read the whole fleet: for a deployment
 // with a uid, when; and, when every ModelReplica read was an API object,
 // whether every one carried the counted label. A fleet of fixtures proves
@@ -110,6 +135,7 @@ func (n *Narrowing) ReadWhole(deployment string, unlabelled, fixtures int, now t
 		for uid, at := range n.full {
 			if now.Sub(at) >= n.every {
 				delete(n.full, uid)
+				delete(n.usable, uid)
 			}
 		}
 	}

@@ -28,6 +28,7 @@ func TestNarrow(t *testing.T) {
 	labelled := func() *Narrowing {
 		n := NewNarrowing(DefaultFullEvery)
 		n.ReadWhole("uid-d", 0, 0, at)
+		n.Answered("uid-d", usable)
 		return n
 	}
 	cases := map[string]struct {
@@ -43,10 +44,19 @@ func TestNarrow(t *testing.T) {
 			want:   true,
 		},
 		"NoClustersYet": {
-			reason: "Before Crossplane has fetched the clusters, the first iteration may ask narrowly: the next decides again.",
+			reason: "Before Crossplane has fetched the clusters, the first iteration may ask narrowly, every pool having been usable at the last call: the next decides again.",
 			n:      labelled(),
 			ask:    Ask{Deployment: "uid-d", Now: at},
 			want:   true,
+		},
+		"NoClustersYetStaleLastTime": {
+			reason: "Before the clusters come, a deployment whose last call found a pool without a usable report asks for the whole fleet: a narrow iteration would only be replaced.",
+			n: func() *Narrowing {
+				n := labelled()
+				n.Answered("uid-d", judged(pool("p", true), pool("q", false)))
+				return n
+			}(),
+			ask: Ask{Deployment: "uid-d", Now: at},
 		},
 		"APoolOnWholeNodes": {
 			reason: "A pool without a usable report charges every replica on it, counted or not: full.",
@@ -132,6 +142,7 @@ func TestNarrowingForgets(t *testing.T) {
 	if got := len(n.full); got != 1 {
 		t.Errorf("after a read with %d deployments remembered, %d remain; want only the one read now", maxRemembered+11, got)
 	}
+	n.Answered("uid-d", nil)
 	if !n.Narrow(Ask{Deployment: "uid-d", Now: at}) {
 		t.Error("the deployment read now was forgotten")
 	}
