@@ -40,6 +40,11 @@ type controlPlane struct {
 	functionBin  string
 	functionAddr string
 	functionArgs []string
+	// recorder stands between Crossplane and the function, and records
+	// every request.
+	recorder *recorder
+	// crossplane is Crossplane core's process.
+	crossplane *process
 }
 
 // startControlPlane starts everything the live test needs and stops it when
@@ -83,6 +88,7 @@ func startControlPlane(t *testing.T) *controlPlane {
 	cp.functionAddr = testenv.FreeLoopbackAddr(t)
 	cp.functionArgs = []string{"--debug", "--address=" + cp.functionAddr, "--tls-server-certs-dir=" + filepath.Join(certs, "function"), "--metrics-address=127.0.0.1:0"}
 	cp.startFunction(t)
+	cp.recorder = startRecorder(t, ca, server, cp.functionAddr)
 	cp.installFunction(t, cp.pushPackage(t), server, ca)
 	return cp
 }
@@ -218,6 +224,7 @@ func (cp *controlPlane) startCrossplane(t *testing.T, kubeconfig, clientCerts st
 		"--health-probe-port="+port(t),
 	)
 	p.running(t)
+	cp.crossplane = p
 }
 
 // startFunction starts the function binary of the package built for this
@@ -250,7 +257,8 @@ func (cp *controlPlane) pushPackage(t *testing.T) string {
 // the function's server certificate in the Secret the revision names and sets
 // the revision's status.tlsServerSecretName (until then Crossplane does not
 // establish the package's objects) and status.endpoint (which Crossplane
-// dials, crossplane#5444, #6566).
+// dials, crossplane#5444, #6566): the recorder, which passes every call on
+// to the function.
 func (cp *controlPlane) installFunction(t *testing.T, ref string, server, ca pki.KeyPair) {
 	t.Helper()
 	fn := object("pkg.crossplane.io/v1", "Function", "", functionName)
@@ -276,7 +284,7 @@ func (cp *controlPlane) installFunction(t *testing.T, ref string, server, ca pki
 	// Server-side applied, as its own field manager: the conditions are a
 	// map by type, so Crossplane's own conditions stay as they are.
 	status := map[string]any{
-		"endpoint":            "dns:///" + cp.functionAddr,
+		"endpoint":            "dns:///" + cp.recorder.addr,
 		"tlsServerSecretName": secretName,
 		"conditions": []any{map[string]any{
 			"type": "RuntimeHealthy", "status": "True", "reason": "HealthyPackageRevision",
@@ -296,7 +304,7 @@ func (cp *controlPlane) installFunction(t *testing.T, ref string, server, ca pki
 			}
 		}
 		r := get(t, cp.kube, "pkg.crossplane.io/v1", "FunctionRevision", "", rev.GetName())
-		if ep, _, _ := unstructured.NestedString(r.Object, "status", "endpoint"); !strings.HasSuffix(ep, cp.functionAddr) {
+		if ep, _, _ := unstructured.NestedString(r.Object, "status", "endpoint"); !strings.HasSuffix(ep, cp.recorder.addr) {
 			return fmt.Errorf("the revision's endpoint is %q", ep)
 		}
 		return nil
