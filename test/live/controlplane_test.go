@@ -43,8 +43,8 @@ type controlPlane struct {
 	// recorder stands between Crossplane and the function, and records
 	// every request.
 	recorder *recorder
-	// crossplane is Crossplane core's process.
-	crossplane *process
+	// crossplaneMetrics is where Crossplane core serves its metrics.
+	crossplaneMetrics string
 }
 
 // startControlPlane starts everything the live test needs and stops it when
@@ -215,16 +215,17 @@ func (cp *controlPlane) startCrossplane(t *testing.T, kubeconfig, clientCerts st
 	}
 	// Crossplane listens on :<port> (every interface) for metrics and health:
 	// in this test's network namespace that is loopback only.
+	metricsPort := port(t)
+	cp.crossplaneMetrics = "http://127.0.0.1:" + metricsPort + "/metrics"
 	p := startProcess(t, cp.logs, "crossplane", bin, env, "--debug", "core", "start",
 		"--package-runtime=Function=External",
 		"--enable-webhooks=false",
 		"--tls-client-certs-dir="+clientCerts,
 		"--xpkg-cache-dir="+cache,
-		"--metrics-port="+port(t),
+		"--metrics-port="+metricsPort,
 		"--health-probe-port="+port(t),
 	)
 	p.running(t)
-	cp.crossplane = p
 }
 
 // startFunction starts the function binary of the package built for this

@@ -1,14 +1,11 @@
 package live
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -113,26 +110,4 @@ func runToEnd(t *testing.T, logs, name, bin string, env []string, args ...string
 		return fmt.Errorf("%s failed: %w; its log: %s", name, p.err, p.log)
 	}
 	return nil
-}
-
-// cpuSeconds is the CPU time the process has used so far, user and system:
-// fields 14 and 15 of /proc/<pid>/stat, in the kernel's clock ticks, which
-// Linux reports to user space at 100 a second (USER_HZ).
-func (p *process) cpuSeconds(t *testing.T) float64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
-		t.Fatalf("cannot read %s's CPU time: %v", p.name, err)
-	}
-	// The command, field 2, is in parentheses and may hold spaces.
-	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(fields) < 13 {
-		t.Fatalf("cannot read %s's CPU time from %q", p.name, b)
-	}
-	utime, err1 := strconv.ParseFloat(fields[11], 64)
-	stime, err2 := strconv.ParseFloat(fields[12], 64)
-	if err1 != nil || err2 != nil {
-		t.Fatalf("cannot read %s's CPU time from %q", p.name, b)
-	}
-	return (utime + stime) / 100
 }
