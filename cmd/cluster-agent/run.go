@@ -84,7 +84,7 @@ func (c *CLI) Run() error {
 	for _, s := range sources {
 		fs = append(fs, freshness.Source{Kind: s.Kind, Store: s.Store, ListWatch: s.ListWatch})
 	}
-	prover := freshness.New(fs, freshness.Options{Interval: c.SyncInterval, Log: log.WithName("freshness"), Observe: func(e freshness.Event) {
+	prover := freshness.New(fs, freshness.Options{Interval: c.SyncInterval, NoProbes: !c.SyncProbes, Log: log.WithName("freshness"), Observe: func(e freshness.Event) {
 		m.Proofs.WithLabelValues(e.Kind, e.What).Inc()
 		if e.What == "proven" {
 			m.ProofLag.Observe(e.Lag.Seconds())

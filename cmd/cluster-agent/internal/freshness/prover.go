@@ -60,6 +60,9 @@ type Options struct {
 	// MaxPending is how long an unproven round is kept waiting for the
 	// caches: a proof that takes longer is dropped, and a later one counts.
 	MaxPending time.Duration
+	// NoProbes leaves a cache behind its kind's newest resourceVersion to
+	// catch up with its own events and bookmarks (about a minute apart).
+	NoProbes bool
 	// Clock is the clock; nil is the real one.
 	Clock clock.WithTicker
 	// Log logs proofs that fail.
@@ -234,7 +237,7 @@ func (p *Prover) Check(ctx context.Context) {
 	for len(p.pending) > 0 && now.Sub(p.pending[0].at) > p.opts.MaxPending {
 		p.pending = p.pending[1:]
 	}
-	if len(p.pending) == 0 {
+	if len(p.pending) == 0 || p.opts.NoProbes {
 		return
 	}
 	for _, i := range behind(have, p.pending[len(p.pending)-1].rvs) {
@@ -322,6 +325,7 @@ func (p *Prover) probe(ctx context.Context, i int, from string) {
 }
 
 func (p *Prover) observe(e Event) {
+	p.opts.Log.V(2).Info("Freshness", "kind", e.Kind, "step", e.What, "lag", e.Lag.String())
 	if p.opts.Observe != nil {
 		p.opts.Observe(e)
 	}
