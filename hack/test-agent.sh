@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the cluster agent's tests: its module's unit tests and benchmarks'
-# compile (cmd/cluster-agent), then the agent's binary against a real
+# Runs the cluster agent's tests: its module's unit tests (cmd/cluster-agent),
+# then the agent's binary against a real
 # kube-apiserver and etcd (test/live/agent): installed from
 # deploy/cluster-agent/ as it ships, as its ServiceAccount, through changes,
 # bad objects and faults (the API server killed, leadership handed over, a
@@ -20,6 +20,10 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${root}"
 
+# Built with go's default flags, as test/live is: the unit tests, the live
+# test and the binary it runs share one build of the module's dependencies
+# with ./hack/test-live.sh's. (The image's static, trimmed build would be
+# another: ./hack/build-cluster-agent-image.sh is not run here.)
 (cd cmd/cluster-agent && go mod tidy -diff && go vet ./... && go test -count=1 ./...)
 ./hack/build-control-plane.sh etcd kube-apiserver
 

@@ -230,6 +230,17 @@ func (c *CLI) discover(ctx context.Context, log logr.Logger, client kubernetes.I
 		return false, err
 	}
 	served := slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == "devicetaintrules" })
+	if !served && c.DeviceTaintRules != "off" {
+		// Kubernetes 1.33 to 1.36 serve DeviceTaintRules only as an alpha
+		// or beta API, off by default. Where one is on, the devices its
+		// rules taint would be counted free: refuse, unless told to.
+		for _, gv := range []string{"resource.k8s.io/v1beta2", "resource.k8s.io/v1alpha3"} {
+			rl, err := client.Discovery().ServerResourcesForGroupVersion(gv)
+			if err == nil && slices.ContainsFunc(rl.APIResources, func(r metav1.APIResource) bool { return r.Name == "devicetaintrules" }) {
+				return false, fmt.Errorf("the cluster serves DeviceTaintRules as %s, which the agent does not read (it reads resource.k8s.io/v1, Kubernetes 1.37): the devices they taint would be counted free; turn that API off, or run with --device-taint-rules=off knowing it", gv)
+			}
+		}
+	}
 	if _, err := client.Discovery().ServerResourcesForGroupVersion(v1alpha1.Group + "/" + v1alpha1.Version); err != nil {
 		log.Info("The cluster does not serve the agent's kinds yet: apply deploy/cluster-agent/ (its CRDs); waiting for them", "error", err.Error())
 	}

@@ -32,7 +32,7 @@ func TestObservedAtUnderChurn(t *testing.T) {
 	cp := startControlPlane(t)
 	objs := cp.install(t)
 	cp.fixtures(t)
-	s := &scenario{cp: cp, rec: cp.record(t), args: deploymentArgs(t, objs)}
+	s := &scenario{cp: cp, rec: cp.record(t), args: deploymentArgs(t, objs), defaults: true}
 	s.changes.make(t, cp, "the fixtures", func() {})
 	s.kubeconfig = cp.kubeconfig(t, agentSA, "https://"+cp.addr, cp.token(t, agentNS, agentSA))
 	var extra []string
