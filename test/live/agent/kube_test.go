@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/modelplaneai/fleet-scheduler/test/internal/pki"
+	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
 )
 
 // The agent's kinds.
@@ -39,24 +40,11 @@ var (
 )
 
 // eventually calls check until it returns nil, failing the test with its
-// last error once timeout has passed. It returns how long it waited.
+// last error once timeout has passed (harness.Eventually, every 100ms). It
+// returns how long it waited.
 func eventually(t *testing.T, timeout time.Duration, what string, check func() error) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for {
-		err := check()
-		if err == nil {
-			return time.Since(start)
-		}
-		if time.Since(start) > timeout {
-			t.Fatalf("not within %s: %s: %v", timeout, what, err)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatalf("%s: %v", what, t.Context().Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return harness.Eventually(t, timeout, 100*time.Millisecond, what, check)
 }
 
 // install renders deploy/cluster-agent/ as `kubectl apply -k` does

@@ -101,14 +101,14 @@ func (p *Pools) reconcile(ctx context.Context, u *unstructured.Unstructured, pro
 		p.metrics.PoolSynced.WithLabelValues(name).Set(0)
 		p.metrics.Errors.WithLabelValues(v1alpha1.KindPoolObservation, reason).Inc()
 		p.log.V(1).Info("Cannot observe a pool", "poolObservation", name, "reason", reason, "error", err.Error())
-		return p.write(ctx, u, failed(u, reason, err), proven)
+		return p.write(ctx, u, failed(u, reason, err))
 	}
 	p.metrics.PoolSynced.WithLabelValues(name).Set(1)
 	if want == nil {
 		// Nothing is proven yet: no report can say as of when it is.
 		return nil
 	}
-	return p.write(ctx, u, want, proven)
+	return p.write(ctx, u, want)
 }
 
 // status computes the pool's status: its report as of proven, or an error
@@ -272,7 +272,7 @@ func failed(u *unstructured.Unstructured, reason string, err error) *v1alpha1.Po
 // than the object's: after a leader hand-over, this replica's proven time
 // may be behind the last leader's, and its report is then not proven as of
 // that time yet.
-func (p *Pools) write(ctx context.Context, u *unstructured.Unstructured, want *v1alpha1.PoolObservationStatus, proven time.Time) error {
+func (p *Pools) write(ctx context.Context, u *unstructured.Unstructured, want *v1alpha1.PoolObservationStatus) error {
 	have, err := cluster.PoolObservationOf(u)
 	if err != nil {
 		// The whole object could not be read; so the status is rewritten.
