@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
 )
 
 // envNarrowScale lists the fleet sizes TestNarrowCostsOnALiveControlPlane
@@ -152,8 +154,8 @@ func (cp *controlPlane) measureReconciles(t *testing.T, flag string, k int) reco
 	if flag != "" {
 		args = append(slices.Clone(args), flag)
 	}
-	cp.function = startProcess(t, cp.logs, "function", cp.functionBin, nil, args...)
-	cp.function.waitListening(t, cp.functionAddr, 30*time.Second)
+	cp.function = harness.StartProcess(t, cp.logs, "function", cp.functionBin, nil, args...)
+	cp.function.WaitListening(t, cp.functionAddr, 30*time.Second)
 	poke := cp.poker(t)
 	// Two reconciles to warm up: the server's first reads the fleet whole
 	// and finds it labelled, its caches fill.
