@@ -225,7 +225,7 @@ func (c *CLI) discover(ctx context.Context, log logr.Logger, client kubernetes.I
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return false, nil
+			return false, nil //nolint:nilerr // Stopped before discovery ended: a clean shutdown, not an error.
 		}
 		return false, err
 	}
@@ -305,7 +305,7 @@ func (c *CLI) serve(log logr.Logger, m *metrics.Metrics, cl *cluster.Cluster, re
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}
-			fmt.Fprintln(w, "ok")
+			_, _ = fmt.Fprintln(w, "ok") // The client may have gone; nothing to do then.
 		})
 		// Ready once every cache has listed its kind, leader or not: a
 		// replica that is not leading is ready to.
@@ -314,7 +314,7 @@ func (c *CLI) serve(log logr.Logger, m *metrics.Metrics, cl *cluster.Cluster, re
 				http.Error(w, "caches not synced: "+strings.Join(cl.Unsynced(), ", "), http.StatusServiceUnavailable)
 				return
 			}
-			fmt.Fprintln(w, "ok")
+			_, _ = fmt.Fprintln(w, "ok") // The client may have gone; nothing to do then.
 		})
 		s, err := listen(log, c.HealthAddress, mux)
 		if err != nil {

@@ -26,7 +26,7 @@ const (
 // (harness.Suite.Main): Crossplane core binds its metrics and health ports
 // on every interface, with no flag to say otherwise, and there only
 // loopback exists.
-var suite = harness.Suite{Name: "live", Prepare: prepare} //nolint:gochecknoglobals // The suite's one description, for TestMain and the tests.
+var suite = harness.Suite{Name: "live", Prepare: prepare}
 
 // TestMain builds what the tests run (the control plane, the crossplane CLI,
 // the function's package) while the Go module proxy can be reached, then runs

@@ -28,6 +28,7 @@ const within = 15 * time.Second
 // agentProc is a replica of the agent, run as a process.
 type agentProc struct {
 	*harness.Process
+
 	id, health, metrics string
 }
 

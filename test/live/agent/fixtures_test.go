@@ -34,7 +34,7 @@ type testPool struct {
 	gpus  int64
 }
 
-var testPools = []testPool{{name: "l4", nodes: 3, gpus: 4}, {name: "h100", nodes: 2, gpus: 8}} //nolint:gochecknoglobals // The fixtures' pools.
+var testPools = []testPool{{name: "l4", nodes: 3, gpus: 4}, {name: "h100", nodes: 2, gpus: 8}}
 
 // fixtures creates the DeviceClass, every pool's Ready Nodes and their
 // slices, and a PoolObservation of each pool.

@@ -2,7 +2,10 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,9 +15,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"crypto/tls"
-	"crypto/x509"
 
 	appsv1 "k8s.io/api/apps/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,8 +35,8 @@ import (
 
 // The agent's kinds.
 var (
-	poolObservations    = schema.GroupVersionResource{Group: "agent.modelplane.ai", Version: "v1alpha1", Resource: "poolobservations"}    //nolint:gochecknoglobals // A constant.
-	replicaObservations = schema.GroupVersionResource{Group: "agent.modelplane.ai", Version: "v1alpha1", Resource: "replicaobservations"} //nolint:gochecknoglobals // A constant.
+	poolObservations    = schema.GroupVersionResource{Group: "agent.modelplane.ai", Version: "v1alpha1", Resource: "poolobservations"}
+	replicaObservations = schema.GroupVersionResource{Group: "agent.modelplane.ai", Version: "v1alpha1", Resource: "replicaobservations"}
 )
 
 // eventually calls check until it returns nil, failing the test with its
@@ -207,6 +207,7 @@ func (p *proxy) wait() {
 // stallingBody holds what it read while the proxy is stalled.
 type stallingBody struct {
 	io.ReadCloser
+
 	p *proxy
 }
 
@@ -299,7 +300,10 @@ func readStatus(u *unstructured.Unstructured) status {
 		s.observedAt, _ = time.Parse(time.RFC3339, at)
 	}
 	report := map[string]any{"observedNodes": raw["observedNodes"], "nodesByFreeDevices": raw["nodesByFreeDevices"]}
-	b, _ := json.Marshal(report)
+	b, err := json.Marshal(report)
+	if err != nil {
+		b = []byte(fmt.Sprintf("cannot encode the report: %v", err))
+	}
 	s.report = string(b)
 	return s
 }

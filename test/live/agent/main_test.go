@@ -14,9 +14,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
-
 	"testing"
+	"time"
 
 	"github.com/modelplaneai/fleet-scheduler/test/internal/testenv"
 	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
@@ -27,7 +26,7 @@ const envBin = "AGENT_BIN"
 
 // suite runs the tests in network and PID namespaces of their own: only
 // loopback exists there, and every process the tests start ends with them.
-var suite = harness.Suite{Name: "agent", Prepare: prepare} //nolint:gochecknoglobals // The suite's one description, for TestMain and the tests.
+var suite = harness.Suite{Name: "agent", Prepare: prepare}
 
 // TestMain builds etcd, kube-apiserver and the agent while the Go module
 // proxy can be reached, then runs the tests in namespaces.
@@ -46,8 +45,10 @@ func prepare(root, logs string) ([]string, error) {
 		cmd       []string
 	}{
 		{name: "build-control-plane", dir: root, cmd: []string{"./hack/build-control-plane.sh", "etcd", "kube-apiserver"}},
-		{name: "build-agent", dir: filepath.Join(root, "cmd", "cluster-agent"),
-			cmd: []string{"go", "build", "-o", filepath.Join(logs, "bin", "cluster-agent"), "."}},
+		{
+			name: "build-agent", dir: filepath.Join(root, "cmd", "cluster-agent"),
+			cmd: []string{"go", "build", "-o", filepath.Join(logs, "bin", "cluster-agent"), "."},
+		},
 	}
 	for _, s := range steps {
 		started := time.Now()

@@ -310,10 +310,12 @@ func (p *Pools) write(ctx context.Context, u *unstructured.Unstructured, want *v
 	} else {
 		p.changed[name] = p.clock.Now()
 	}
+	observedAt := "none"
 	if want.ObservedAt != nil {
 		p.metrics.PublishedAge.Observe(p.clock.Since(want.ObservedAt.Time).Seconds())
+		observedAt = want.ObservedAt.UTC().Format(time.RFC3339Nano)
 	}
-	p.log.V(1).Info("Published a pool's status", "poolObservation", name, "observedAt", want.ObservedAt, "changed", !same)
+	p.log.V(1).Info("Published a pool's status", "poolObservation", name, "observedAt", observedAt, "changed", !same)
 	return nil
 }
 

@@ -50,9 +50,11 @@ func TestPoolStatus(t *testing.T) {
 	n1, n2, n3, h1 := node("n1", "l4"), node("n1", "l4"), node("n3", "l4"), node("h1", "h100")
 	n2.Name = "n2"
 	n3.Spec.Unschedulable = true
-	base := []any{n1, n2, n3, h1, class(gpuClass, gpuDriver),
+	base := []any{
+		n1, n2, n3, h1, class(gpuClass, gpuDriver),
 		gpuSlice("n1", gpuDriver, 8), gpuSlice("n2", gpuDriver, 8), gpuSlice("n3", gpuDriver, 8), gpuSlice("h1", gpuDriver, 8),
-		claim("a", "n1", "gpu-0", "gpu-1", "gpu-2"), claim("b", "h1", "gpu-7")}
+		claim("a", "n1", "gpu-0", "gpu-1", "gpu-2"), claim("b", "h1", "gpu-7"),
+	}
 	l4View := agent.View{
 		Nodes:          []*corev1.Node{n1, n2, n3},
 		ResourceSlices: []*resourcev1.ResourceSlice{gpuSlice("n1", gpuDriver, 8), gpuSlice("n2", gpuDriver, 8), gpuSlice("n3", gpuDriver, 8)},

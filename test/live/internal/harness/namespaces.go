@@ -152,7 +152,7 @@ func loopbackUp() error {
 	if err != nil {
 		return fmt.Errorf("cannot open a socket: %w", err)
 	}
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }() // A socket only asked about; nothing to lose.
 	ifr, err := unix.NewIfreq("lo")
 	if err != nil {
 		return err

@@ -38,7 +38,7 @@ func StartProcessOf(t, owner *testing.T, logs, name, bin string, env []string, a
 	if err != nil {
 		t.Fatalf("cannot open the log of %s: %v", name, err)
 	}
-	fmt.Fprintf(f, "\n==> %s %s %v\n", time.Now().Format(time.RFC3339Nano), bin, args)
+	_, _ = fmt.Fprintf(f, "\n==> %s %s %v\n", time.Now().Format(time.RFC3339Nano), bin, args)
 	// Not CommandContext: Stop signals it and waits for it, below.
 	cmd := exec.Command(bin, args...) //nolint:noctx // stopped by Stop, from t.Cleanup
 	cmd.Env = append(os.Environ(), env...)

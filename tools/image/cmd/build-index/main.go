@@ -40,64 +40,79 @@ func run() error {
 
 	switch {
 	case len(tarballs) > 0 && *output != "":
-		imgs := make([]v1.Image, 0, len(tarballs))
-		for _, t := range tarballs {
-			img, err := tarball.ImageFromPath(t, nil)
-			if err != nil {
-				return fmt.Errorf("cannot read image tarball %s: %w", t, err)
-			}
-			if img, err = image.OCI(img); err != nil {
-				return fmt.Errorf("image tarball %s: %w", t, err)
-			}
-			imgs = append(imgs, img)
-		}
-		idx, err := image.Index(imgs...)
-		if err != nil {
-			return err
-		}
-		if err := os.RemoveAll(*output); err != nil {
-			return fmt.Errorf("cannot clear %s: %w", *output, err)
-		}
-		if err := image.WriteLayout(*output, idx); err != nil {
-			return err
-		}
-		d, err := idx.Digest()
-		if err != nil {
-			return fmt.Errorf("cannot compute the index digest: %w", err)
-		}
-		_, err = fmt.Fprintf(os.Stdout, "wrote %s (%d platforms, %s)\n", *output, len(imgs), d)
-		return err
+		return writeIndex(tarballs, *output)
 	case *from != "" && *push != "":
-		p, err := layout.FromPath(*from)
-		if err != nil {
-			return fmt.Errorf("cannot read OCI image layout %s: %w", *from, err)
-		}
-		outer, err := p.ImageIndex()
-		if err != nil {
-			return fmt.Errorf("cannot read the index of %s: %w", *from, err)
-		}
-		// layout.Write puts the multi-platform index inside the layout's
-		// own index.json: push the inner one.
-		m, err := outer.IndexManifest()
-		if err != nil || len(m.Manifests) != 1 {
-			return fmt.Errorf("%s holds no single image index (%v)", *from, err)
-		}
-		idx, err := outer.ImageIndex(m.Manifests[0].Digest)
-		if err != nil {
-			return fmt.Errorf("cannot read the image index of %s: %w", *from, err)
-		}
-		ref, err := name.ParseReference(*push)
-		if err != nil {
-			return fmt.Errorf("cannot parse image reference %q: %w", *push, err)
-		}
-		if err := remote.WriteIndex(ref, idx, remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
-			return fmt.Errorf("cannot push %s: %w", ref, err)
-		}
-		_, err = fmt.Fprintf(os.Stdout, "pushed %s\n", ref)
-		return err
+		return pushIndex(*from, *push)
 	default:
 		return errors.New("either --tarball (repeated) and --output, or --layout and --push")
 	}
+}
+
+// writeIndex writes one multi-platform image of tarballs to the OCI image
+// layout directory output.
+func writeIndex(tarballs []string, output string) error {
+	imgs := make([]v1.Image, 0, len(tarballs))
+	for _, t := range tarballs {
+		img, err := tarball.ImageFromPath(t, nil)
+		if err != nil {
+			return fmt.Errorf("cannot read image tarball %s: %w", t, err)
+		}
+		if img, err = image.OCI(img); err != nil {
+			return fmt.Errorf("image tarball %s: %w", t, err)
+		}
+		imgs = append(imgs, img)
+	}
+	idx, err := image.Index(imgs...)
+	if err != nil {
+		return err
+	}
+	if err := os.RemoveAll(output); err != nil {
+		return fmt.Errorf("cannot clear %s: %w", output, err)
+	}
+	if err := image.WriteLayout(output, idx); err != nil {
+		return err
+	}
+	d, err := idx.Digest()
+	if err != nil {
+		return fmt.Errorf("cannot compute the index digest: %w", err)
+	}
+	_, err = fmt.Fprintf(os.Stdout, "wrote %s (%d platforms, %s)\n", output, len(imgs), d)
+	return err
+}
+
+// pushIndex pushes the multi-platform image of the OCI image layout
+// directory from to the reference push.
+func pushIndex(from, push string) error {
+	p, err := layout.FromPath(from)
+	if err != nil {
+		return fmt.Errorf("cannot read OCI image layout %s: %w", from, err)
+	}
+	outer, err := p.ImageIndex()
+	if err != nil {
+		return fmt.Errorf("cannot read the index of %s: %w", from, err)
+	}
+	// layout.Write puts the multi-platform index inside the layout's
+	// own index.json: push the inner one.
+	m, err := outer.IndexManifest()
+	if err != nil {
+		return fmt.Errorf("cannot read the index manifest of %s: %w", from, err)
+	}
+	if len(m.Manifests) != 1 {
+		return fmt.Errorf("%s holds %d manifests, not one image index", from, len(m.Manifests))
+	}
+	idx, err := outer.ImageIndex(m.Manifests[0].Digest)
+	if err != nil {
+		return fmt.Errorf("cannot read the image index of %s: %w", from, err)
+	}
+	ref, err := name.ParseReference(push)
+	if err != nil {
+		return fmt.Errorf("cannot parse image reference %q: %w", push, err)
+	}
+	if err := remote.WriteIndex(ref, idx, remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+		return fmt.Errorf("cannot push %s: %w", ref, err)
+	}
+	_, err = fmt.Fprintf(os.Stdout, "pushed %s\n", ref)
+	return err
 }
 
 // list is a repeated flag.
