@@ -30,6 +30,9 @@ type Function struct {
 	// planner keeps the deployments' compiled selectors and this server's
 	// assumed placements across calls; the zero Planner keeps neither.
 	planner plan.Planner
+	// narrowing is what lets a call read less than the whole fleet; nil
+	// always reads it whole.
+	narrowing *plan.Narrowing
 }
 
 // RunFunction reads the XR and the fleet, plans, and writes the replicas,
@@ -63,16 +66,31 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, rsp *f
 		return err
 	}
 	f.logger().Debug("Running function", "xr", xr.Metadata.Namespace+"/"+xr.Metadata.Name, "tag", req.GetMeta().GetTag())
-	required, resolved, err := requireFleet(req, rsp, xr)
+	now := f.clock()
+	// What to ask for depends on the clusters this iteration carries:
+	// narrowly only where every pool's report is usable.
+	clusters, readErr := f.fleet.ReadClusters(codec.ItemsOf(req.GetRequiredResources()[requiredClusters]), now, settings.ObservationMaxAge)
+	_, wentFull := req.GetRequiredResources()[requiredReplicas]
+	ask := plan.Ask{Deployment: xr.Metadata.UID, WentFull: wentFull || readErr != nil, Now: now}
+	if _, carried := req.GetRequiredResources()[requiredClusters]; carried && clusters != nil {
+		ask.Carried, ask.Clusters = true, clusters.Clusters
+	}
+	required, resolved, err := requireFleet(req, rsp, xr, f.narrowing.Narrow(ask))
 	if err != nil || !resolved {
 		// Not resolved yet: Crossplane calls again once it has fetched it.
 		return err
 	}
-	now := f.clock()
-	fl, err := f.fleet.Read(codec.ItemsOf(required.clusters), codec.ItemsOf(required.replicas), xr, now, settings.ObservationMaxAge)
-	if err != nil {
+	if readErr != nil {
+		return readErr
+	}
+	fl := clusters
+	if err := f.fleet.ReadReplicas(fl, required.replicaItems(), xr); err != nil {
 		return err
 	}
+	if !required.narrow {
+		f.narrowing.ReadWhole(xr.Metadata.UID, fl.Unlabelled, fl.Fixtures, now)
+	}
+	f.narrowing.Answered(xr.Metadata.UID, fl.Clusters)
 	if err := gone(ctx, "answer the call"); err != nil {
 		return err
 	}

@@ -46,6 +46,9 @@ type CLI struct {
 	MaxConcurrentStreams uint32        `default:"${max_concurrent_streams}" help:"Most calls in flight on each client connection; calls over it wait in the client, unsent. 0 for no cap."`
 	AssumedPlacementTTL  time.Duration `default:"2m" help:"How long a replica this server composed is charged to other calls until the fleet shows it (docs/spec.md#assumed-placements); 0 assumes nothing."`
 	ObjectCache          bool          `default:"true" help:"Keep what was read of each object between calls, by uid and resourceVersion; --no-object-cache for fixtures edited without a new resourceVersion." negatable:""`
+
+	NarrowRequests bool          `default:"true" help:"Ask only for a deployment's own ModelReplicas and those no report counts, where that is safe (docs/spec.md#narrow-requests); --no-narrow-requests asks for all on every call." negatable:""`
+	FullReadEvery  time.Duration `default:"5m" help:"Read the whole fleet at least this often for each deployment, however safe a narrow request would be."`
 }
 
 // Run this function.
@@ -66,8 +69,12 @@ func (c *CLI) Run() error {
 	}
 	// The request codec leaves the fleet on the wire for the fleet reader,
 	// and takes each request's buffer back once its call is done.
-	requests := codec.New(requiredClusters, requiredReplicas)
-	return server.ListenAndServe(log, so, server.New(so, requests, newFunction(log, c.ObjectCache, c.AssumedPlacementTTL), c.MaxConcurrentStreams))
+	requests := codec.New(requiredClusters, requiredReplicas, requiredOwnReplicas, requiredUncountedReplicas)
+	fn := newFunction(log, c.ObjectCache, c.AssumedPlacementTTL)
+	if c.NarrowRequests {
+		fn.narrowing = plan.NewNarrowing(c.FullReadEvery)
+	}
+	return server.ListenAndServe(log, so, server.New(so, requests, fn, c.MaxConcurrentStreams))
 }
 
 // newFunction is the function as a server starts it: its caches empty (none

@@ -140,7 +140,7 @@ func keepAsObserved(rsp *fnv1.RunFunctionResponse, p scheduling.Placement, obser
 		return composedReplica{}, false, nil
 	}
 	keep := func(key string, obs *fnv1.Resource) error {
-		desired := asObserved(obs)
+		desired := asObserved(key, obs)
 		if err := budget.spend(rsp, key, desired); err != nil {
 			return err
 		}
@@ -185,7 +185,7 @@ func keepObserved(rsp *fnv1.RunFunctionResponse, observed map[string]*fnv1.Resou
 		if !compose.IsComposedKey(k) {
 			continue
 		}
-		rsp.Desired.Resources[k] = asObserved(observed[k])
+		rsp.Desired.Resources[k] = asObserved(k, observed[k])
 		if compose.IsReplicaKey(k) {
 			composed = append(composed, composedReplica{observed: true, ready: isReady(observed[k])})
 		}
@@ -193,9 +193,13 @@ func keepObserved(rsp *fnv1.RunFunctionResponse, observed map[string]*fnv1.Resou
 	return composed, writeStatus(rsp, len(composed), countReady(composed))
 }
 
-// asObserved is an observed composed resource, desired as it is.
-func asObserved(obs *fnv1.Resource) *fnv1.Resource {
+// asObserved is an observed composed resource, desired as it is; a
+// ModelReplica is labelled not counted (compose.ReplicaFromObserved).
+func asObserved(key string, obs *fnv1.Resource) *fnv1.Resource {
 	desired := &fnv1.Resource{Resource: compose.DesiredFromObserved(obs.GetResource())}
+	if compose.IsReplicaKey(key) {
+		desired.Resource = compose.ReplicaFromObserved(obs.GetResource())
+	}
 	if isReady(obs) {
 		desired.Ready = fnv1.Ready_READY_TRUE
 	}

@@ -27,6 +27,9 @@ const (
 	labelDeployment = "modelplane.ai/deployment"
 	labelCluster    = "modelplane.ai/cluster"
 	labelIndex      = "modelplane.ai/replica-index"
+	// labelCounted is only on ModelReplicas: whether the usable report of
+	// every pool the replica holds counts its pods.
+	labelCounted = "scheduler.fn.modelplane.ai/counted"
 )
 
 // inputs are a fixture's source files, read as written.

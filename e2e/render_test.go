@@ -31,6 +31,7 @@ const (
 	reasonInsufficientCapacity = "InsufficientCapacity"
 	reasonModelStarting        = "ModelStarting"
 	reasonNoReplicasScheduled  = "NoReplicasScheduled"
+	reasonReplicasCreated      = "ReplicasCreated"
 )
 
 // id is a replica's identity: its cluster and its index there.
@@ -72,6 +73,9 @@ func TestRender(t *testing.T) {
 		replicas []wantReplica
 		// ready is status.replicas.ready.
 		ready int64
+		// counted are the replicas labelled counted; every other one is
+		// labelled not counted (docs/spec.md#narrow-requests).
+		counted []id
 		// endpoints are the replicas that get a ModelEndpoint.
 		endpoints  []id
 		conditions map[string]wantCondition
@@ -330,6 +334,23 @@ func TestRender(t *testing.T) {
 				condCapacityObserved: {status: statusTrue},
 			},
 		},
+		"RetainedReplicaCountedByTheReport": {
+			reason: "qwen3-32b's own replica holds 4 of solo's 8 H100s, its pods scheduled before the " +
+				"report: it is kept and labelled counted, though it was composed labelled not counted. " +
+				"The second replica fits the 4 free GPUs, and is new: not counted.",
+			fixture: "e2e/testdata/retained-counted",
+			replicas: []wantReplica{
+				{id{solo, 0}, map[string][]string{"engine": {poolH100}}},
+				{id{solo, 1}, map[string][]string{"engine": {poolH100}}},
+			},
+			counted:   []id{{solo, 0}},
+			ready:     1,
+			endpoints: []id{{solo, 0}},
+			conditions: map[string]wantCondition{
+				condCapacityObserved:  {status: statusTrue},
+				condReplicasScheduled: {status: statusTrue, reasons: []string{reasonReplicasCreated}},
+			},
+		},
 		"GangFitsOnTwoNodes": {
 			reason: "The Leader and the Worker each claim 4 GPUs, and each of the pool's two nodes " +
 				"has 4 free: one node each, both members pinned to h100.",
@@ -397,6 +418,10 @@ func TestRender(t *testing.T) {
 			for _, w := range tc.replicas {
 				if r, ok := out.composed["replica-"+w.String()]; ok {
 					checkReplica(t, in, w, r)
+					want := strconv.FormatBool(slices.Contains(tc.counted, w.id))
+					if got := r.GetLabels()[labelCounted]; got != want {
+						t.Errorf("replica-%s: label %s: want %q, got %q", w.String(), labelCounted, want, got)
+					}
 				}
 			}
 			for _, e := range tc.endpoints {

@@ -82,6 +82,9 @@ func schedule(s Snapshot) (*Plan, *pass, error) {
 		placed, plan.Shortfall = p.fill(placements, wanted-len(placements))
 		kept = append(kept, keptOf(placed)...)
 	}
+	for i := range kept {
+		kept[i].Counted = p.counted(kept[i])
+	}
 	plan.Replicas = append(slices.Clone(asObserved), placementsOf(kept)...)
 	plan.Waiting = p.waiting(kept)
 	slices.SortFunc(plan.Replicas, func(a, b Placement) int {

@@ -202,6 +202,12 @@ type Placement struct {
 	// re-placed by it (docs/spec.md#re-placing): on another cluster it is New too.
 	New, Moved bool
 
+	// Counted is whether the usable report of every pool the replica holds
+	// already counts its pods (the counted rule): only ever for a replica
+	// kept where it was observed, never for a new or moved one
+	// (docs/spec.md#narrow-requests).
+	Counted bool
+
 	// Replacement is what to remember of re-placing the replica, written
 	// in its AnnotationReplacement; nil for none.
 	Replacement *Replacement

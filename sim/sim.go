@@ -595,6 +595,14 @@ func (s *state) apply(name string, desired []*v1alpha1.ModelReplica, now time.Ti
 				r.obj = &obj
 				changed = true
 			}
+			if !maps.Equal(r.obj.Metadata.Labels, d.Metadata.Labels) {
+				// Applied as Crossplane applies them, and read by no binder:
+				// a label the function recomputes (whether a report counts
+				// the replica) changes nothing the run measures.
+				obj := *r.obj
+				obj.Metadata.Labels = d.Metadata.Labels
+				r.obj = &obj
+			}
 			continue
 		}
 		c := s.cluster(d.Spec.ClusterName)

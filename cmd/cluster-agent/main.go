@@ -29,8 +29,9 @@ type CLI struct {
 	Identity         string        `env:"POD_NAME"          help:"This replica's identity in the Lease; the host name when unset."`
 
 	Debounce     time.Duration `default:"1s"   help:"How long after a change a report is rebuilt: changes in between join it."`
-	Heartbeat    time.Duration `default:"50s"  help:"How old a published observedAt may get before the report is published again with a newer one (docs/spec.md#pool-reports asks for at least every minute)."`
+	Heartbeat    time.Duration `default:"50s"  help:"How old a published observedAt may get before the report is published again with a newer one (docs/spec.md#the-cluster-agent asks for at least every minute)."`
 	SyncInterval time.Duration `default:"5s"   help:"How often the agent proves how recent its view is: the time it publishes as observedAt."`
+	SyncProbes   bool          `default:"true" help:"Prove a quiet kind's cache current with a short watch of its own, rather than wait for the API server's next bookmark (about a minute)." negatable:""`
 	Resync       time.Duration `default:"5m"   help:"How often every ReplicaObservation is counted again, changes or not."`
 	KubeAPIQPS   float32       `default:"50"   help:"Requests per second to the API server, sustained."                                                              name:"kube-api-qps"`
 	KubeAPIBurst int           `default:"100"  help:"Requests to the API server in a burst."                                                                         name:"kube-api-burst"`

@@ -84,7 +84,7 @@ func (c *CLI) Run() error {
 	for _, s := range sources {
 		fs = append(fs, freshness.Source{Kind: s.Kind, Store: s.Store, ListWatch: s.ListWatch})
 	}
-	prover := freshness.New(fs, freshness.Options{Interval: c.SyncInterval, Log: log.WithName("freshness"), Observe: func(e freshness.Event) {
+	prover := freshness.New(fs, freshness.Options{Interval: c.SyncInterval, NoProbes: !c.SyncProbes, Log: log.WithName("freshness"), Observe: func(e freshness.Event) {
 		m.Proofs.WithLabelValues(e.Kind, e.What).Inc()
 		if e.What == "proven" {
 			m.ProofLag.Observe(e.Lag.Seconds())
@@ -225,11 +225,22 @@ func (c *CLI) discover(ctx context.Context, log logr.Logger, client kubernetes.I
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return false, nil
+			return false, nil //nolint:nilerr // Stopped before discovery ended: a clean shutdown, not an error.
 		}
 		return false, err
 	}
 	served := slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == "devicetaintrules" })
+	if !served && c.DeviceTaintRules != "off" {
+		// Kubernetes 1.33 to 1.36 serve DeviceTaintRules only as an alpha
+		// or beta API, off by default. Where one is on, the devices its
+		// rules taint would be counted free: refuse, unless told to.
+		for _, gv := range []string{"resource.k8s.io/v1beta2", "resource.k8s.io/v1alpha3"} {
+			rl, err := client.Discovery().ServerResourcesForGroupVersion(gv)
+			if err == nil && slices.ContainsFunc(rl.APIResources, func(r metav1.APIResource) bool { return r.Name == "devicetaintrules" }) {
+				return false, fmt.Errorf("the cluster serves DeviceTaintRules as %s, which the agent does not read (it reads resource.k8s.io/v1, Kubernetes 1.37): the devices they taint would be counted free; turn that API off, or run with --device-taint-rules=off knowing it", gv)
+			}
+		}
+	}
 	if _, err := client.Discovery().ServerResourcesForGroupVersion(v1alpha1.Group + "/" + v1alpha1.Version); err != nil {
 		log.Info("The cluster does not serve the agent's kinds yet: apply deploy/cluster-agent/ (its CRDs); waiting for them", "error", err.Error())
 	}
@@ -294,7 +305,7 @@ func (c *CLI) serve(log logr.Logger, m *metrics.Metrics, cl *cluster.Cluster, re
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}
-			fmt.Fprintln(w, "ok")
+			_, _ = fmt.Fprintln(w, "ok") // The client may have gone; nothing to do then.
 		})
 		// Ready once every cache has listed its kind, leader or not: a
 		// replica that is not leading is ready to.
@@ -303,7 +314,7 @@ func (c *CLI) serve(log logr.Logger, m *metrics.Metrics, cl *cluster.Cluster, re
 				http.Error(w, "caches not synced: "+strings.Join(cl.Unsynced(), ", "), http.StatusServiceUnavailable)
 				return
 			}
-			fmt.Fprintln(w, "ok")
+			_, _ = fmt.Fprintln(w, "ok") // The client may have gone; nothing to do then.
 		})
 		s, err := listen(log, c.HealthAddress, mux)
 		if err != nil {

@@ -169,8 +169,9 @@ func (c *Cluster) Unsynced() []string {
 
 // WaitForSync waits until every informer has listed its kind.
 func (c *Cluster) WaitForSync(ctx context.Context) error {
-	var synced []cache.InformerSynced
-	for _, inf := range c.informers() {
+	informers := c.informers()
+	synced := make([]cache.InformerSynced, 0, len(informers))
+	for _, inf := range informers {
 		synced = append(synced, inf.HasSynced)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {

@@ -65,7 +65,7 @@ func rule(name string, driver, pool, device *string, effect resourcev1.DeviceTai
 // k8s.io/dynamic-resource-allocation's tracker does for kube-scheduler,
 // over slices and rules of every selector shape.
 func TestPatchIsTheTrackers(t *testing.T) {
-	slices_ := []*resourcev1.ResourceSlice{
+	inputSlices := []*resourcev1.ResourceSlice{
 		slice("a", "gpu.example.com", "n1", "n1", "gpu-0", "gpu-1"),
 		slice("b", "gpu.example.com", "n2", "n2", "gpu-0", "gpu-1"),
 		slice("c", "nic.example.com", "n1", "n1", "nic-0"),
@@ -82,7 +82,7 @@ func TestPatchIsTheTrackers(t *testing.T) {
 		noSelector,
 	}
 	client := fake.NewClientset()
-	for _, s := range slices_ {
+	for _, s := range inputSlices {
 		if _, err := client.ResourceV1().ResourceSlices().Create(t.Context(), s, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -123,14 +123,14 @@ func TestPatchIsTheTrackers(t *testing.T) {
 		slices.SortFunc(out, func(a, b resourcev1.DeviceTaint) int { return cmpStrings(a.Key, b.Key) })
 		return out
 	})
-	for _, s := range slices_ {
+	for _, s := range inputSlices {
 		got, _ := Patch(s, rules)
 		if diff := cmp.Diff(byName[s.Name].Spec, got.Spec, sortTaints); diff != "" {
 			t.Errorf("slice %s: -tracker, +Patch:\n%s", s.Name, diff)
 		}
 	}
-	if got, applied := Patch(slices_[2], rules[4:]); got != slices_[2] || applied != nil {
-		t.Errorf("rules that select nothing of the slice copied it (%v) or were applied (%v)", got != slices_[2], applied)
+	if got, applied := Patch(inputSlices[2], rules[4:]); got != inputSlices[2] || applied != nil {
+		t.Errorf("rules that select nothing of the slice copied it (%v) or were applied (%v)", got != inputSlices[2], applied)
 	}
 }
 

@@ -37,6 +37,7 @@ var t0 = time.Date(2026, 10, 20, 20, 6, 0, 400_000_000, time.UTC)
 // rv hands out increasing resourceVersions, as the API server would.
 var rv struct {
 	sync.Mutex
+
 	n int
 }
 
@@ -58,8 +59,8 @@ type env struct {
 	metrics *metrics.Metrics
 }
 
-func newEnv(t testing.TB, namespaces ...string) *env {
-	t.Helper()
+func newEnv(tb testing.TB, namespaces ...string) *env {
+	tb.Helper()
 	if len(namespaces) == 0 {
 		namespaces = []string{"default"}
 	}
@@ -69,9 +70,9 @@ func newEnv(t testing.TB, namespaces ...string) *env {
 	})
 	c, err := cluster.New(fake.NewClientset(), dyn, cluster.Options{Namespaces: namespaces, TaintRules: true})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	e := &env{t: t, cluster: c, clock: clocktesting.NewFakeClock(t0), proven: t0}
+	e := &env{t: tb, cluster: c, clock: clocktesting.NewFakeClock(t0), proven: t0}
 	e.metrics = metrics.New(func() time.Time { return e.proven })
 	e.writer = &recorder{env: e}
 	return e

@@ -37,6 +37,10 @@ type Pools struct {
 	heartbeat time.Duration
 
 	state map[string]*poolState
+	// changed is, by pool, when a changed report was last published: with
+	// an observedAt from before the change, which it is published again
+	// with as soon as a time after it is proven.
+	changed map[string]time.Time
 }
 
 // poolState is what is kept of a pool between rounds.
@@ -63,7 +67,7 @@ type nodeState struct {
 
 // NewPools returns the pools' reconciler.
 func NewPools(c *cluster.Cluster, w Writer, proven func() time.Time, clk clock.PassiveClock, log logr.Logger, m *metrics.Metrics, heartbeat time.Duration) *Pools {
-	return &Pools{cluster: c, writer: w, proven: proven, clock: clk, log: log, metrics: m, heartbeat: heartbeat, state: map[string]*poolState{}}
+	return &Pools{cluster: c, writer: w, proven: proven, clock: clk, log: log, metrics: m, heartbeat: heartbeat, state: map[string]*poolState{}, changed: map[string]time.Time{}}
 }
 
 // Reconcile reconciles every PoolObservation once. One that cannot be
@@ -80,6 +84,7 @@ func (p *Pools) Reconcile(ctx context.Context) {
 	for name := range p.state {
 		if !seen[name] {
 			delete(p.state, name)
+			delete(p.changed, name)
 			p.metrics.PoolSynced.DeleteLabelValues(name)
 		}
 	}
@@ -96,14 +101,14 @@ func (p *Pools) reconcile(ctx context.Context, u *unstructured.Unstructured, pro
 		p.metrics.PoolSynced.WithLabelValues(name).Set(0)
 		p.metrics.Errors.WithLabelValues(v1alpha1.KindPoolObservation, reason).Inc()
 		p.log.V(1).Info("Cannot observe a pool", "poolObservation", name, "reason", reason, "error", err.Error())
-		return p.write(ctx, u, failed(u, reason, err), proven)
+		return p.write(ctx, u, failed(u, reason, err))
 	}
 	p.metrics.PoolSynced.WithLabelValues(name).Set(1)
 	if want == nil {
 		// Nothing is proven yet: no report can say as of when it is.
 		return nil
 	}
-	return p.write(ctx, u, want, proven)
+	return p.write(ctx, u, want)
 }
 
 // status computes the pool's status: its report as of proven, or an error
@@ -258,12 +263,16 @@ func failed(u *unstructured.Unstructured, reason string, err error) *v1alpha1.Po
 	}}}
 }
 
-// write writes the status when it differs from the object's, or when the
-// object's observedAt is a heartbeat old and a newer time is proven. It
-// never writes an observedAt older than the object's: after a leader
-// hand-over, this replica's proven time may be behind the last leader's,
-// and its report is then not proven as of that time yet.
-func (p *Pools) write(ctx context.Context, u *unstructured.Unstructured, want *v1alpha1.PoolObservationStatus, proven time.Time) error {
+// write writes the status when it differs from the object's, or when a
+// newer time is proven and either the object's observedAt is a heartbeat
+// old or it is from before the report last changed (a changed report is
+// published at once, with the newest time proven then, and again with the
+// first proven after the change: the function counts a replica bound
+// before observedAt as in the report). It never writes an observedAt older
+// than the object's: after a leader hand-over, this replica's proven time
+// may be behind the last leader's, and its report is then not proven as of
+// that time yet.
+func (p *Pools) write(ctx context.Context, u *unstructured.Unstructured, want *v1alpha1.PoolObservationStatus) error {
 	have, err := cluster.PoolObservationOf(u)
 	if err != nil {
 		// The whole object could not be read; so the status is rewritten.
@@ -274,9 +283,15 @@ func (p *Pools) write(ctx context.Context, u *unstructured.Unstructured, want *v
 		p.log.V(1).Info("Not publishing: this replica's view is proven only as of an older time than the published report's", "poolObservation", u.GetName(), "proven", want.ObservedAt.UTC(), "published", old.ObservedAt.UTC())
 		return nil
 	}
+	name := u.GetName()
 	same := sameReport(old, *want)
 	if same {
-		if want.ObservedAt == nil || !old.ObservedAt.Before(want.ObservedAt) || p.clock.Since(old.ObservedAt.Time) < p.heartbeat {
+		if want.ObservedAt == nil || !old.ObservedAt.Before(want.ObservedAt) {
+			return nil
+		}
+		changed, ok := p.changed[name]
+		catchUp := ok && !old.ObservedAt.After(changed) && want.ObservedAt.After(changed)
+		if !catchUp && p.clock.Since(old.ObservedAt.Time) < p.heartbeat {
 			return nil
 		}
 	}
@@ -290,10 +305,17 @@ func (p *Pools) write(ctx context.Context, u *unstructured.Unstructured, want *v
 	if err := p.writer.WriteStatus(ctx, v1alpha1.PoolObservationResource, u, next); err != nil {
 		return err
 	}
+	if same {
+		delete(p.changed, name)
+	} else {
+		p.changed[name] = p.clock.Now()
+	}
+	observedAt := "none"
 	if want.ObservedAt != nil {
 		p.metrics.PublishedAge.Observe(p.clock.Since(want.ObservedAt.Time).Seconds())
+		observedAt = want.ObservedAt.UTC().Format(time.RFC3339Nano)
 	}
-	p.log.V(1).Info("Published a pool's status", "poolObservation", u.GetName(), "observedAt", want.ObservedAt, "changed", !same)
+	p.log.V(1).Info("Published a pool's status", "poolObservation", name, "observedAt", observedAt, "changed", !same)
 	return nil
 }
 

@@ -50,9 +50,11 @@ func TestPoolStatus(t *testing.T) {
 	n1, n2, n3, h1 := node("n1", "l4"), node("n1", "l4"), node("n3", "l4"), node("h1", "h100")
 	n2.Name = "n2"
 	n3.Spec.Unschedulable = true
-	base := []any{n1, n2, n3, h1, class(gpuClass, gpuDriver),
+	base := []any{
+		n1, n2, n3, h1, class(gpuClass, gpuDriver),
 		gpuSlice("n1", gpuDriver, 8), gpuSlice("n2", gpuDriver, 8), gpuSlice("n3", gpuDriver, 8), gpuSlice("h1", gpuDriver, 8),
-		claim("a", "n1", "gpu-0", "gpu-1", "gpu-2"), claim("b", "h1", "gpu-7")}
+		claim("a", "n1", "gpu-0", "gpu-1", "gpu-2"), claim("b", "h1", "gpu-7"),
+	}
 	l4View := agent.View{
 		Nodes:          []*corev1.Node{n1, n2, n3},
 		ResourceSlices: []*resourcev1.ResourceSlice{gpuSlice("n1", gpuDriver, 8), gpuSlice("n2", gpuDriver, 8), gpuSlice("n3", gpuDriver, 8)},
@@ -152,8 +154,9 @@ func TestPoolBadCELNamesTheClass(t *testing.T) {
 	}
 }
 
-// TestPoolWrites checks when the status is written: on change, a
-// heartbeat after the last observedAt, never before anything is proven,
+// TestPoolWrites checks when the status is written: on change, with the
+// newest proven time; again once a time after the change is proven; a
+// heartbeat after the last observedAt; never before anything is proven,
 // and never with an observedAt older than the published one.
 func TestPoolWrites(t *testing.T) {
 	e := newEnv(t)
@@ -161,66 +164,66 @@ func TestPoolWrites(t *testing.T) {
 	c := claim("a", "n1", "gpu-0")
 	e.add(node("n1", "l4"), gpuSlice("n1", gpuDriver, 8), class(gpuClass, gpuDriver), c, poolObservation("l4"))
 	p := e.pools()
-
-	p.Reconcile(t.Context())
-	if e.writer.writes != 0 {
-		t.Fatalf("%d writes before any time is proven; want none", e.writer.writes)
+	step := func(d time.Duration, proven time.Time) {
+		e.clock.Step(d)
+		e.proven = proven
+		p.Reconcile(t.Context())
+	}
+	writes := func(want int, why string) {
+		t.Helper()
+		if e.writer.writes != want {
+			t.Fatalf("%d writes, want %d: %s", e.writer.writes, want, why)
+		}
+	}
+	observedAt := func(want time.Time) {
+		t.Helper()
+		if got := e.poolStatus("l4").ObservedAt.Time; !got.Equal(want.Truncate(time.Second)) {
+			t.Errorf("observedAt %s, want %s", got, want.Truncate(time.Second))
+		}
 	}
 
-	e.proven = t0
-	p.Reconcile(t.Context())
-	if e.writer.writes != 1 {
-		t.Fatalf("%d writes once proven; want 1", e.writer.writes)
-	}
-	if got := e.poolStatus("l4").ObservedAt.Time; !got.Equal(t0.Truncate(time.Second)) {
-		t.Errorf("observedAt %s, want the proven time rounded down, %s", got, t0.Truncate(time.Second))
-	}
-
-	e.proven = t0.Add(10 * time.Second)
-	e.clock.Step(10 * time.Second)
-	p.Reconcile(t.Context())
-	if e.writer.writes != 1 {
-		t.Errorf("%d writes: the report did not change and observedAt is 10s old, under the heartbeat; want no new write", e.writer.writes)
-	}
+	step(0, time.Time{})
+	writes(0, "nothing is proven yet")
+	step(0, t0)
+	writes(1, "the first report, once a time is proven")
+	observedAt(t0)
+	step(300*time.Millisecond, t0.Add(300*time.Millisecond))
+	writes(1, "the proven time rounds down to the published one")
+	step(10*time.Second, t0.Add(10*time.Second))
+	writes(2, "a time after the report changed (from none) is proven: it is published again, with it")
+	observedAt(t0.Add(10 * time.Second))
+	step(10*time.Second, t0.Add(20*time.Second))
+	writes(2, "nothing changed, and observedAt is 10s old, under the heartbeat")
 
 	c2 := c.DeepCopy()
 	c2.Status.Allocation.Devices.Results = append(c2.Status.Allocation.Devices.Results, resourcev1.DeviceRequestAllocationResult{Request: "gpu", Driver: gpuDriver, Pool: "n1", Device: "gpu-1"})
 	e.add(c2)
-	p.Reconcile(t.Context())
-	if e.writer.writes != 2 {
-		t.Fatalf("%d writes: a claim allocated one more GPU; want a new write", e.writer.writes)
-	}
-	s := e.poolStatus("l4")
-	if got := (*s.NodesByFreeDevices)[0].Free[0].Count; got != 6 {
+	step(0, t0.Add(20*time.Second))
+	writes(3, "a claim took another GPU: the report changed")
+	if got := (*e.poolStatus("l4").NodesByFreeDevices)[0].Free[0].Count; got != 6 {
 		t.Errorf("%d GPUs free after the claim took another; want 6", got)
 	}
-	if !s.ObservedAt.Time.Equal(e.proven.Truncate(time.Second)) {
-		t.Errorf("observedAt %s, want the newest proven, %s", s.ObservedAt.Time, e.proven.Truncate(time.Second))
-	}
+	observedAt(t0.Add(20 * time.Second))
+	step(5*time.Second, t0.Add(25*time.Second))
+	writes(4, "a time after the change is proven: published again with it")
+	step(time.Second, t0.Add(26*time.Second))
+	writes(4, "nothing changed since")
 
-	e.clock.Step(60 * time.Second)
-	e.proven = e.clock.Now().Add(-2 * time.Second)
-	p.Reconcile(t.Context())
-	if e.writer.writes != 3 {
-		t.Fatalf("%d writes: observedAt is older than the heartbeat and a newer time is proven; want a new write", e.writer.writes)
-	}
+	step(60*time.Second, t0.Add(84*time.Second))
+	writes(5, "observedAt is older than the heartbeat and a newer time is proven")
+	observedAt(t0.Add(84 * time.Second))
 
 	// Another replica published a newer observedAt: this one, proven
 	// only as of an older time, writes nothing, even for a change.
 	u := e.cluster.PoolObservations()[0].DeepCopy()
-	newer := e.clock.Now().Add(30 * time.Second).UTC().Format(time.RFC3339)
+	newer := t0.Add(120 * time.Second).UTC().Format(time.RFC3339)
 	u.Object["status"].(map[string]any)["observedAt"] = newer
 	e.add(u)
 	e.remove(c2)
-	p.Reconcile(t.Context())
-	if e.writer.writes != 3 {
-		t.Errorf("%d writes: the published observedAt (%s) is newer than this replica's proven time; want none", e.writer.writes, newer)
-	}
-	e.proven = e.clock.Now().Add(31 * time.Second)
-	p.Reconcile(t.Context())
-	if e.writer.writes != 4 {
-		t.Errorf("%d writes once this replica's proven time passed the published one; want 4", e.writer.writes)
-	}
+	step(time.Second, t0.Add(90*time.Second))
+	writes(5, "the published observedAt ("+newer+") is newer than this replica's proven time")
+	step(time.Second, t0.Add(121*time.Second))
+	writes(6, "this replica's proven time passed the published one")
 }
 
 // TestEmptyHistogram checks that a pool with no node to take a pod

@@ -37,21 +37,27 @@ func TestReplicaStatus(t *testing.T) {
 	}{
 		"Bound": {
 			reason: "Three pods bound, matching either selector, one matching both counted once: True.",
-			objs: []any{replicaObservation("default", "qwen-0", 3, sel(workload), sel(lws)),
-				pod("default", "a", "n1", workload), pod("default", "b", "n2", lws), pod("default", "c", "n3", both)},
+			objs: []any{
+				replicaObservation("default", "qwen-0", 3, sel(workload), sel(lws)),
+				pod("default", "a", "n1", workload), pod("default", "b", "n2", lws), pod("default", "c", "n3", both),
+			},
 			want: v1alpha1.ReplicaObservationStatus{ScheduledPods: new(int64(3)), Conditions: cond(metav1.ConditionTrue, v1alpha1.ReasonPodsBound, "3 of 3 pods are bound to a node")},
 		},
 		"NotBound": {
 			reason: "Pods not bound, being deleted, terminal, of another namespace or unselected are not counted: False with the number missing.",
-			objs: []any{replicaObservation("default", "qwen-0", 3, sel(workload)),
+			objs: []any{
+				replicaObservation("default", "qwen-0", 3, sel(workload)),
 				pod("default", "a", "n1", workload), pod("default", "pending", "", workload), deleting, done,
-				pod("default", "other", "n1", map[string]string{"app": "x"}), pod("ml", "elsewhere", "n1", workload)},
+				pod("default", "other", "n1", map[string]string{"app": "x"}), pod("ml", "elsewhere", "n1", workload),
+			},
 			want: v1alpha1.ReplicaObservationStatus{ScheduledPods: new(int64(1)), Conditions: cond(metav1.ConditionFalse, v1alpha1.ReasonPodsNotBound, "1 of 3 pods are bound to a node; 2 are not")},
 		},
 		"Expressions": {
 			reason: "A selector of match expressions selects too.",
-			objs: []any{replicaObservation("default", "qwen-0", 1, map[string]any{"matchExpressions": []any{map[string]any{"key": "modelplane.ai/workload", "operator": "In", "values": []any{"qwen-1a2b3"}}}}),
-				pod("default", "a", "n1", workload)},
+			objs: []any{
+				replicaObservation("default", "qwen-0", 1, map[string]any{"matchExpressions": []any{map[string]any{"key": "modelplane.ai/workload", "operator": "In", "values": []any{"qwen-1a2b3"}}}}),
+				pod("default", "a", "n1", workload),
+			},
 			want: v1alpha1.ReplicaObservationStatus{ScheduledPods: new(int64(1)), Conditions: cond(metav1.ConditionTrue, v1alpha1.ReasonPodsBound, "1 of 1 pods are bound to a node")},
 		},
 		"EmptySelector": {

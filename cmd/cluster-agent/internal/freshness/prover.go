@@ -28,6 +28,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -60,6 +61,9 @@ type Options struct {
 	// MaxPending is how long an unproven round is kept waiting for the
 	// caches: a proof that takes longer is dropped, and a later one counts.
 	MaxPending time.Duration
+	// NoProbes leaves a cache behind its kind's newest resourceVersion to
+	// catch up with its own events and bookmarks (about a minute apart).
+	NoProbes bool
 	// Clock is the clock; nil is the real one.
 	Clock clock.WithTicker
 	// Log logs proofs that fail.
@@ -78,6 +82,9 @@ type Event struct {
 	// Lag is, for "proven", how old the proven time was when proven.
 	Lag time.Duration
 }
+
+// eventProbeError is the Event a probe that proved nothing reports.
+const eventProbeError = "probe-error"
 
 // Prover proves the time as of which the caches of its sources are
 // complete.
@@ -215,8 +222,7 @@ func (p *Prover) Check(ctx context.Context) {
 			have[i] = pr
 		}
 	}
-	for i := len(p.pending) - 1; i >= 0; i-- {
-		r := p.pending[i]
+	for i, r := range slices.Backward(p.pending) {
 		if behind(have, r.rvs) != nil {
 			continue
 		}
@@ -234,7 +240,7 @@ func (p *Prover) Check(ctx context.Context) {
 	for len(p.pending) > 0 && now.Sub(p.pending[0].at) > p.opts.MaxPending {
 		p.pending = p.pending[1:]
 	}
-	if len(p.pending) == 0 {
+	if len(p.pending) == 0 || p.opts.NoProbes {
 		return
 	}
 	for _, i := range behind(have, p.pending[len(p.pending)-1].rvs) {
@@ -284,34 +290,34 @@ func (p *Prover) probe(ctx context.Context, i int, from string) {
 	timeout := int64(p.opts.ProbeTimeout / time.Second)
 	w, err := s.ListWatch.WatchWithContext(ctx, metav1.ListOptions{ResourceVersion: from, AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
 	if err != nil {
-		p.observe(Event{Kind: s.Kind, What: "probe-error"})
+		p.observe(Event{Kind: s.Kind, What: eventProbeError})
 		return
 	}
 	defer w.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			p.observe(Event{Kind: s.Kind, What: "probe-error"})
+			p.observe(Event{Kind: s.Kind, What: eventProbeError})
 			return
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				p.observe(Event{Kind: s.Kind, What: "probe-error"})
+				p.observe(Event{Kind: s.Kind, What: eventProbeError})
 				return
 			}
 			switch ev.Type {
 			case watch.Bookmark:
 				m, err := meta.Accessor(ev.Object)
 				if err != nil {
-					p.observe(Event{Kind: s.Kind, What: "probe-error"})
+					p.observe(Event{Kind: s.Kind, What: eventProbeError})
 					return
 				}
 				proved = m.GetResourceVersion()
 				p.observe(Event{Kind: s.Kind, What: "probe-proven"})
 				return
 			case watch.Error:
-				p.observe(Event{Kind: s.Kind, What: "probe-error"})
+				p.observe(Event{Kind: s.Kind, What: eventProbeError})
 				return
-			default:
+			case watch.Added, watch.Modified, watch.Deleted:
 				// A change after from: the informer has it to come, and
 				// nothing can be said of the kind until it does.
 				p.observe(Event{Kind: s.Kind, What: "probe-changed"})
@@ -322,6 +328,7 @@ func (p *Prover) probe(ctx context.Context, i int, from string) {
 }
 
 func (p *Prover) observe(e Event) {
+	p.opts.Log.V(2).Info("Freshness", "kind", e.Kind, "step", e.What, "lag", e.Lag.String())
 	if p.opts.Observe != nil {
 		p.opts.Observe(e)
 	}

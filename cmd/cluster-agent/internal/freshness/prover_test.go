@@ -227,3 +227,14 @@ func TestStaleRoundsDropped(t *testing.T) {
 		t.Errorf("proven %s from a round older than MaxPending; want it dropped", got)
 	}
 }
+
+func TestNoProbes(t *testing.T) {
+	t0 := time.Date(2026, 10, 20, 20, 6, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(t0)
+	quiet := newKind("100", "42")
+	p := New([]Source{{Kind: "A", Store: quiet, ListWatch: quiet}}, Options{Clock: clk, Log: logr.Discard(), NoProbes: true})
+	p.Start(t.Context())
+	quiet.noProbe(t)
+	quiet.set("100", "100")
+	eventually(t, p, t0)
+}

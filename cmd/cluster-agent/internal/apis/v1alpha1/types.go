@@ -80,7 +80,7 @@ const (
 // cluster-scoped, named after the pool.
 type PoolObservation struct {
 	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty"` //nolint:modernize // Kubernetes API types spell it so; the API server fills metadata in either way.
 
 	Spec   PoolObservationSpec   `json:"spec"`
 	Status PoolObservationStatus `json:"status,omitzero"`
@@ -119,7 +119,7 @@ type PoolObservationStatus struct {
 // replica.
 type ReplicaObservation struct {
 	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty"` //nolint:modernize // Kubernetes API types spell it so; the API server fills metadata in either way.
 
 	Spec   ReplicaObservationSpec   `json:"spec"`
 	Status ReplicaObservationStatus `json:"status,omitzero"`
