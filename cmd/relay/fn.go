@@ -37,7 +37,7 @@ type Function struct {
 // the relay adds Objects, the pools' reports and one condition.
 func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
 	rsp := response.To(req, response.DefaultTTL)
-	if rsp.Desired == nil {
+	if rsp.GetDesired() == nil {
 		rsp.Desired = &fnv1.State{}
 	}
 	xr := req.GetObserved().GetComposite().GetResource().AsMap()
@@ -64,7 +64,7 @@ func (f *Function) cluster(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	if s, ok := req.GetDesired().GetComposite().GetResource().AsMap()["status"].(map[string]any); ok {
 		in.DesiredStatus = s
 	}
-	out := relay.RelayCluster(in)
+	out := relay.Cluster(in)
 	if out.Status != nil {
 		if err := setDesiredStatus(rsp, out.Status); err != nil {
 			return err
@@ -103,7 +103,7 @@ func (f *Function) replica(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	if items := got.GetItems(); len(items) > 0 {
 		in.Cluster = items[0].GetResource().AsMap()
 	}
-	out := relay.RelayReplica(in)
+	out := relay.Replica(in)
 	if err := setResources(rsp, out.Resources); err != nil {
 		return err
 	}
@@ -141,10 +141,10 @@ func setDesiredStatus(rsp *fnv1.RunFunctionResponse, status map[string]any) erro
 	if err != nil {
 		return fmt.Errorf("cannot write the status: %w", err)
 	}
-	if rsp.Desired.Composite == nil {
+	if rsp.GetDesired().GetComposite() == nil {
 		rsp.Desired.Composite = &fnv1.Resource{}
 	}
-	if rsp.Desired.Composite.Resource == nil {
+	if rsp.GetDesired().GetComposite().GetResource() == nil {
 		rsp.Desired.Composite.Resource = &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	}
 	rsp.Desired.Composite.Resource.Fields["status"] = s

@@ -488,10 +488,11 @@ func (c composer) gangContainer(m v1alpha1.ReplicaMember, ctr container, serving
 	if len(args) > 0 {
 		out["args"] = strings2any(args)
 	}
-	env := []any{
+	env := make([]any, 0, 2+len(ctr.Env))
+	env = append(env,
 		map[string]any{"name": "MODELPLANE_LEADER_ADDRESS", "value": "$(LWS_LEADER_ADDRESS)"},
 		map[string]any{"name": "MODELPLANE_RANK", "value": "$(LWS_WORKER_INDEX)"},
-	}
+	)
 	out["env"] = append(env, maps2any(ctr.Env)...)
 	if serving {
 		out["ports"] = []any{map[string]any{"containerPort": int64(EnginePort)}}

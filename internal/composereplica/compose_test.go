@@ -46,8 +46,7 @@ func TestChildName(t *testing.T) {
 
 // sha5 is written apart from ChildName: the first 5 hex of the SHA-256.
 func sha5(s string) string {
-	switch s {
-	case strings.Repeat("a", 60) + "-main":
+	if s == strings.Repeat("a", 60)+"-main" {
 		return "8bf5d"
 	}
 	return "?"
@@ -135,7 +134,7 @@ func TestCompose(t *testing.T) {
 		workerTmpl = "qwen-1a2b3-main-worker-devices-dc662"
 		cachePVC   = "modelcache-ml-team-weights-124df"
 	)
-	cpu2 := func(s string) resource.Quantity { return resource.MustParse(s) }
+	cpu2 := resource.MustParse
 	type args struct {
 		replica *v1alpha1.ModelReplica
 		opts    Options
@@ -181,6 +180,7 @@ func TestCompose(t *testing.T) {
     kind: ResourceClaimTemplate
     metadata: {name: ` + mainClaim + `, namespace: default}
     spec:
+      # a ResourceClaimTemplate's spec holds a claim's spec
       spec:
         devices:
           requests:
@@ -230,6 +230,7 @@ func TestCompose(t *testing.T) {
     kind: ResourceClaimTemplate
     metadata: {name: ` + mainClaim + `, namespace: default}
     spec:
+      # a ResourceClaimTemplate's spec holds a claim's spec
       spec:
         devices:
           requests:
@@ -288,6 +289,7 @@ func TestCompose(t *testing.T) {
     kind: ResourceClaimTemplate
     metadata: {name: ` + mainClaim + `, namespace: default}
     spec:
+      # a ResourceClaimTemplate's spec holds a claim's spec
       spec:
         devices:
           requests:

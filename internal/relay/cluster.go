@@ -2,6 +2,7 @@ package relay
 
 import (
 	"fmt"
+	"maps"
 
 	"github.com/modelplaneai/fleet-scheduler/internal/composereplica"
 	"github.com/modelplaneai/fleet-scheduler/observation"
@@ -76,14 +77,14 @@ type ClusterOutput struct {
 	Warnings []string
 }
 
-// RelayCluster composes an InferenceCluster's PoolObservations and relays
+// Cluster composes an InferenceCluster's PoolObservations and relays
 // their reports into its status.gpuPools (docs/spec.md#the-relay). The
 // PoolObservations are composed once both the agent's CRDs are served in
 // the workload cluster, and kept from then on. Of each pool's entry only
 // observedNodes, observedAt and nodesByFreeDevices are set, and to the
 // report's or to none, so that a pool the agent does not report reads as
 // unobserved; every other field stays as the earlier steps wrote it.
-func RelayCluster(in ClusterInput) ClusterOutput {
+func Cluster(in ClusterInput) ClusterOutput {
 	out := ClusterOutput{Resources: map[string]map[string]any{}}
 	status := in.DesiredStatus
 	pools, poolsWritten := status["gpuPools"].([]any)
@@ -97,8 +98,10 @@ func RelayCluster(in ClusterInput) ClusterOutput {
 		pc = stringAt(in.Observed, "status", "providerConfigRef", "name")
 	}
 	if pc == "" {
-		out.Condition = Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonNoProviderConfig,
-			Message: "the InferenceCluster has no status.providerConfigRef yet: its workload cluster cannot be reached"}
+		out.Condition = Condition{
+			Type: ConditionPoolsObserved, Status: "False", Reason: ReasonNoProviderConfig,
+			Message: "the InferenceCluster has no status.providerConfigRef yet: its workload cluster cannot be reached",
+		}
 		return out
 	}
 	ns := stringAt(status, "namespace")
@@ -144,22 +147,26 @@ func RelayCluster(in ClusterInput) ClusterOutput {
 		case report == nil:
 			unreported = append(unreported, name)
 		default:
-			for f, v := range report {
-				entry[f] = v
-			}
+			maps.Copy(entry, report)
 		}
 	}
 
 	switch {
 	case !open && len(out.Resources) == 2:
-		out.Condition = Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonAgentNotServed,
-			Message: "the workload cluster does not serve the cluster agent's " + CRDPoolObservations + " and " + CRDReplicaObservations + " yet: install the agent there"}
+		out.Condition = Condition{
+			Type: ConditionPoolsObserved, Status: "False", Reason: ReasonAgentNotServed,
+			Message: "the workload cluster does not serve the cluster agent's " + CRDPoolObservations + " and " + CRDReplicaObservations + " yet: install the agent there",
+		}
 	case !poolsWritten:
-		out.Condition = Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonPoolsNotReported,
-			Message: "the earlier steps wrote no status.gpuPools: no report is relayed"}
+		out.Condition = Condition{
+			Type: ConditionPoolsObserved, Status: "False", Reason: ReasonPoolsNotReported,
+			Message: "the earlier steps wrote no status.gpuPools: no report is relayed",
+		}
 	case len(unreported) > 0:
-		out.Condition = Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonPoolsNotReported,
-			Message: "no report from the cluster agent for " + joinSorted(unreported)}
+		out.Condition = Condition{
+			Type: ConditionPoolsObserved, Status: "False", Reason: ReasonPoolsNotReported,
+			Message: "no report from the cluster agent for " + joinSorted(unreported),
+		}
 	default:
 		out.Condition = Condition{Type: ConditionPoolsObserved, Status: "True", Reason: ReasonAllPoolsReported}
 	}
@@ -220,7 +227,7 @@ func readReport(status map[string]any) (map[string]any, error) {
 	default:
 		return nil, fmt.Errorf("it has only some of %s, %s and %s", reportFields[0], reportFields[1], reportFields[2])
 	}
-	if _, err := wholeNumber(status[observation.FieldObservedNodes], 0, maxCount); err != nil {
+	if _, err := wholeNumber(status[observation.FieldObservedNodes], maxCount); err != nil {
 		return nil, fmt.Errorf("%s: %w", observation.FieldObservedNodes, err)
 	}
 	at, ok := status[observation.FieldObservedAt].(string)
@@ -253,7 +260,7 @@ func checkBucket(b any) error {
 			return fmt.Errorf("%s: not a field of a bucket", k)
 		}
 	}
-	if _, err := wholeNumber(m["nodes"], 0, maxCount); err != nil {
+	if _, err := wholeNumber(m["nodes"], maxCount); err != nil {
 		return fmt.Errorf("nodes: %w", err)
 	}
 	free, ok := m["free"].([]any)
@@ -268,7 +275,7 @@ func checkBucket(b any) error {
 		if name, ok := d["name"].(string); !ok || len(name) > maxName {
 			return fmt.Errorf("free[%d].name: not a string of at most %d characters", j, maxName)
 		}
-		if _, err := wholeNumber(d["count"], 0, maxCount); err != nil {
+		if _, err := wholeNumber(d["count"], maxCount); err != nil {
 			return fmt.Errorf("free[%d].count: %w", j, err)
 		}
 		for k := range d {
@@ -283,8 +290,6 @@ func checkBucket(b any) error {
 // copyMap is a shallow copy.
 func copyMap(m map[string]any) map[string]any {
 	out := make(map[string]any, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
+	maps.Copy(out, m)
 	return out
 }

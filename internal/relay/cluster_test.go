@@ -38,11 +38,13 @@ gpuPools:
 
 // crd is an observed CRD gate Object, Established or not.
 func crd(t *testing.T, established string) map[string]any {
+	t.Helper()
 	return y(t, `status: {atProvider: {manifest: {status: {conditions: [{type: Established, status: "`+established+`"}]}}}}`)
 }
 
 // observedPool is a PoolObservation Object that read back the status.
 func observedPool(t *testing.T, status string) map[string]any {
+	t.Helper()
 	o := y(t, `status: {atProvider: {manifest: {status: {}}}}`)
 	mapAt(o, "status", "atProvider", "manifest")["status"] = y(t, status)
 	return o
@@ -57,6 +59,7 @@ conditions: [{type: Synced, status: "True", reason: Observed}]
 
 // poolObject is the Object the relay composes for a pool.
 func poolObject(t *testing.T, pool, devices string) map[string]any {
+	t.Helper()
 	return y(t, `
 apiVersion: kubernetes.m.crossplane.io/v1alpha1
 kind: Object
@@ -77,6 +80,7 @@ spec:
 }
 
 func gateObjects(t *testing.T) map[string]map[string]any {
+	t.Helper()
 	gate := func(name string) map[string]any {
 		return y(t, `
 apiVersion: kubernetes.m.crossplane.io/v1alpha1
@@ -102,6 +106,7 @@ func TestRelayCluster(t *testing.T) {
 		h100Devices = `[{name: gpu, driver: gpu.nvidia.com, deviceClassName: gpu.nvidia.com, count: 8}]`
 	)
 	withPools := func(t *testing.T, extra ...string) map[string]map[string]any {
+		t.Helper()
 		m := gateObjects(t)
 		for _, p := range extra {
 			m[KeyPool(p)] = poolObject(t, p, map[string]string{"l4": l4Devices, "h100": h100Devices}[p])
@@ -109,6 +114,7 @@ func TestRelayCluster(t *testing.T) {
 		return m
 	}
 	open := func(t *testing.T) map[string]map[string]any {
+		t.Helper()
 		return map[string]map[string]any{KeyCRDPoolObservations: crd(t, "True"), KeyCRDReplicaObservations: crd(t, "True")}
 	}
 	with := func(m map[string]map[string]any, key string, v map[string]any) map[string]map[string]any {
@@ -128,7 +134,10 @@ func TestRelayCluster(t *testing.T) {
 	}{
 		"NoProviderConfig": {
 			reason: "without the cluster's provider config nothing can be composed in it",
-			in:     func(t *testing.T) ClusterInput { return ClusterInput{Observed: y(t, `metadata: {name: eks}`)} },
+			in: func(t *testing.T) ClusterInput {
+				t.Helper()
+				return ClusterInput{Observed: y(t, `metadata: {name: eks}`)}
+			},
 			want: want{
 				resources: func(*testing.T) map[string]map[string]any { return map[string]map[string]any{} },
 				condition: Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonNoProviderConfig, Message: "the InferenceCluster has no status.providerConfigRef yet: its workload cluster cannot be reached"},
@@ -137,28 +146,34 @@ func TestRelayCluster(t *testing.T) {
 		"AgentNotServed": {
 			reason: "until both CRDs are Established only the gate is composed; the status is the earlier steps'",
 			in: func(t *testing.T) ClusterInput {
+				t.Helper()
 				return ClusterInput{DesiredStatus: y(t, clusterStatus), Composed: map[string]map[string]any{KeyCRDPoolObservations: crd(t, "True"), KeyCRDReplicaObservations: crd(t, "False")}}
 			},
 			want: want{
 				status:    clusterStatus,
-				resources: func(t *testing.T) map[string]map[string]any { return gateObjects(t) },
+				resources: gateObjects,
 				condition: Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonAgentNotServed, Message: "the workload cluster does not serve the cluster agent's poolobservations.agent.modelplane.ai and replicaobservations.agent.modelplane.ai yet: install the agent there"},
 			},
 		},
 		"GateOpen": {
 			reason: "once both CRDs are Established each pool's PoolObservation is composed, with its devices and the GPU toleration",
 			in: func(t *testing.T) ClusterInput {
+				t.Helper()
 				return ClusterInput{DesiredStatus: y(t, clusterStatus), Composed: open(t)}
 			},
 			want: want{
-				status:    clusterStatus,
-				resources: func(t *testing.T) map[string]map[string]any { return withPools(t, "l4", "h100") },
+				status: clusterStatus,
+				resources: func(t *testing.T) map[string]map[string]any {
+					t.Helper()
+					return withPools(t, "l4", "h100")
+				},
 				condition: Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonPoolsNotReported, Message: "no report from the cluster agent for h100, l4"},
 			},
 		},
 		"ReportsRelayed": {
 			reason: "the three report fields are copied into the pool's entry, and nothing else changes; a pool the agent cannot observe has none",
 			in: func(t *testing.T) ClusterInput {
+				t.Helper()
 				c := with(open(t), KeyPool("l4"), observedPool(t, l4Report))
 				c = with(c, KeyPool("h100"), observedPool(t, `conditions: [{type: Synced, status: "False", reason: DeviceClassNotFound}]`))
 				return ClusterInput{DesiredStatus: y(t, clusterStatus), Composed: c}
@@ -179,13 +194,17 @@ gpuPools:
   nodes: 2
   devices: [{name: gpu, driver: gpu.nvidia.com, deviceClassName: gpu.nvidia.com, count: 8}]
 `,
-				resources: func(t *testing.T) map[string]map[string]any { return withPools(t, "l4", "h100") },
+				resources: func(t *testing.T) map[string]map[string]any {
+					t.Helper()
+					return withPools(t, "l4", "h100")
+				},
 				condition: Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonPoolsNotReported, Message: "no report from the cluster agent for h100"},
 			},
 		},
 		"AllReported": {
 			reason: "every pool reported",
 			in: func(t *testing.T) ClusterInput {
+				t.Helper()
 				c := with(open(t), KeyPool("l4"), observedPool(t, l4Report))
 				c = with(c, KeyPool("h100"), observedPool(t, `{observedNodes: 0, observedAt: "2026-10-20T20:06:00Z", nodesByFreeDevices: []}`))
 				return ClusterInput{DesiredStatus: y(t, clusterStatus), Composed: c}
@@ -209,20 +228,27 @@ gpuPools:
   observedAt: "2026-10-20T20:06:00Z"
   nodesByFreeDevices: []
 `,
-				resources: func(t *testing.T) map[string]map[string]any { return withPools(t, "l4", "h100") },
+				resources: func(t *testing.T) map[string]map[string]any {
+					t.Helper()
+					return withPools(t, "l4", "h100")
+				},
 				condition: Condition{Type: ConditionPoolsObserved, Status: "True", Reason: ReasonAllPoolsReported},
 			},
 		},
 		"ReportsTheSchemaRefuses": {
 			reason: "a report the InferenceCluster's schema would refuse is left out with a warning naming the field, so the rest of the status is written",
 			in: func(t *testing.T) ClusterInput {
+				t.Helper()
 				c := with(open(t), KeyPool("l4"), observedPool(t, `{observedNodes: 2097152, observedAt: "2026-10-20T20:06:00Z", nodesByFreeDevices: []}`))
 				c = with(c, KeyPool("h100"), observedPool(t, `{observedAt: "2026-10-20T20:06:00Z"}`))
 				return ClusterInput{DesiredStatus: y(t, clusterStatus), Composed: c}
 			},
 			want: want{
-				status:    clusterStatus,
-				resources: func(t *testing.T) map[string]map[string]any { return withPools(t, "l4", "h100") },
+				status: clusterStatus,
+				resources: func(t *testing.T) map[string]map[string]any {
+					t.Helper()
+					return withPools(t, "l4", "h100")
+				},
 				condition: Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonPoolsNotReported, Message: "no report from the cluster agent for h100, l4"},
 				warnings: []string{
 					"pool l4: the PoolObservation's report is not relayed: observedNodes: 2097152 is not a whole number from 0 to 1048576",
@@ -233,6 +259,7 @@ gpuPools:
 		"StaleFieldsDropped": {
 			reason: "report fields in the earlier steps' entry are the relay's to set: with no report they are removed, so the pool reads as unobserved",
 			in: func(t *testing.T) ClusterInput {
+				t.Helper()
 				st := y(t, clusterStatus)
 				p := st["gpuPools"].([]any)[1].(map[string]any)
 				p["observedAt"], p["observedNodes"], p["nodesByFreeDevices"] = "2020-01-01T00:00:00Z", 1.0, []any{}
@@ -254,13 +281,17 @@ gpuPools:
   nodes: 2
   devices: [{name: gpu, driver: gpu.nvidia.com, deviceClassName: gpu.nvidia.com, count: 8}]
 `,
-				resources: func(t *testing.T) map[string]map[string]any { return withPools(t, "l4", "h100") },
+				resources: func(t *testing.T) map[string]map[string]any {
+					t.Helper()
+					return withPools(t, "l4", "h100")
+				},
 				condition: Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonPoolsNotReported, Message: "no report from the cluster agent for h100"},
 			},
 		},
 		"ObjectsKeptWhenTheGateCloses": {
 			reason: "a PoolObservation once composed stays composed: deleting and re-creating would flap",
 			in: func(t *testing.T) ClusterInput {
+				t.Helper()
 				return ClusterInput{DesiredStatus: y(t, clusterStatus), Composed: map[string]map[string]any{KeyPool("l4"): observedPool(t, l4Report)}}
 			},
 			want: want{
@@ -279,17 +310,24 @@ gpuPools:
   nodes: 2
   devices: [{name: gpu, driver: gpu.nvidia.com, deviceClassName: gpu.nvidia.com, count: 8}]
 `,
-				resources: func(t *testing.T) map[string]map[string]any { return withPools(t, "l4") },
+				resources: func(t *testing.T) map[string]map[string]any {
+					t.Helper()
+					return withPools(t, "l4")
+				},
 				condition: Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonPoolsNotReported, Message: "no report from the cluster agent for h100"},
 			},
 		},
 		"NoPoolsWritten": {
 			reason: "earlier steps that wrote no gpuPools: the status is theirs, the Objects are composed from the observed pools",
 			in: func(t *testing.T) ClusterInput {
+				t.Helper()
 				return ClusterInput{Observed: map[string]any{"status": y(t, clusterStatus)}, Composed: open(t)}
 			},
 			want: want{
-				resources: func(t *testing.T) map[string]map[string]any { return withPools(t, "l4", "h100") },
+				resources: func(t *testing.T) map[string]map[string]any {
+					t.Helper()
+					return withPools(t, "l4", "h100")
+				},
 				condition: Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonPoolsNotReported, Message: "the earlier steps wrote no status.gpuPools: no report is relayed"},
 			},
 		},
@@ -298,7 +336,7 @@ gpuPools:
 		t.Run(name, func(t *testing.T) {
 			in := tc.in(t)
 			before := cmp.Diff(nil, in.DesiredStatus)
-			got := RelayCluster(in)
+			got := Cluster(in)
 			if diff := cmp.Diff(y(t, tc.want.status), got.Status, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("%s\nStatus: -want, +got:\n%s", tc.reason, diff)
 			}
@@ -312,7 +350,7 @@ gpuPools:
 				t.Errorf("%s\nWarnings: -want, +got:\n%s", tc.reason, diff)
 			}
 			if after := cmp.Diff(nil, in.DesiredStatus); after != before {
-				t.Errorf("RelayCluster changed its input's DesiredStatus")
+				t.Errorf("Cluster changed its input's DesiredStatus")
 			}
 		})
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // FuzzRelayCluster feeds PoolObservation statuses of any shape through
-// RelayCluster: it never panics, every field the earlier steps wrote
+// Cluster: it never panics, every field the earlier steps wrote
 // other than the report stays as it was, and what it relays is within the
 // InferenceCluster schema's bounds.
 func FuzzRelayCluster(f *testing.F) {
@@ -31,7 +31,7 @@ func FuzzRelayCluster(f *testing.F) {
 		in := ClusterInput{DesiredStatus: y(t, clusterStatus), Composed: map[string]map[string]any{
 			KeyCRDPoolObservations: crd(t, "True"), KeyCRDReplicaObservations: crd(t, "True"), KeyPool("l4"): o,
 		}}
-		out := RelayCluster(in)
+		out := Cluster(in)
 		before := y(t, clusterStatus)["gpuPools"].([]any)
 		after := out.Status["gpuPools"].([]any)
 		for i := range before {
@@ -57,7 +57,7 @@ func FuzzRelayCluster(f *testing.F) {
 }
 
 // FuzzRelayReplica feeds agent conditions of any shape through
-// RelayReplica: it never panics, and never turns PodsScheduled True before
+// Replica: it never panics, and never turns PodsScheduled True before
 // its clock has passed the agent's time by the margin, unless the replica
 // was True since that time already.
 func FuzzRelayReplica(f *testing.F) {
@@ -74,7 +74,7 @@ func FuzzRelayReplica(f *testing.F) {
 			"status":   map[string]any{"conditions": []any{c}},
 		}}}}
 		now := agentTime.Add(time.Duration(offset) * time.Second)
-		out := RelayReplica(ReplicaInput{
+		out := Replica(ReplicaInput{
 			Replica: l4Replica().Obj(), Cluster: inferenceCluster(t, agentTime.Format(time.RFC3339)),
 			Composed: map[string]map[string]any{KeyReplicaObservation: o},
 			Now:      now, Margin: margin, MaxAge: maxAge,

@@ -111,8 +111,8 @@ func joinSorted(names []string) string {
 	return strings.Join(s, ", ")
 }
 
-// wholeNumber reads a JSON number that is a whole number in [lo, hi].
-func wholeNumber(v any, lo, hi float64) (int64, error) {
+// wholeNumber reads a JSON number that is a whole number in [0, hi].
+func wholeNumber(v any, hi float64) (int64, error) {
 	var f float64
 	switch n := v.(type) {
 	case float64:
@@ -124,8 +124,8 @@ func wholeNumber(v any, lo, hi float64) (int64, error) {
 	default:
 		return 0, fmt.Errorf("%v is not a number", v)
 	}
-	if f != float64(int64(f)) || f < lo || f > hi {
-		return 0, fmt.Errorf("%s is not a whole number from %.0f to %.0f", strconv.FormatFloat(f, 'f', -1, 64), lo, hi)
+	if f != float64(int64(f)) || f < 0 || f > hi {
+		return 0, fmt.Errorf("%s is not a whole number from 0 to %.0f", strconv.FormatFloat(f, 'f', -1, 64), hi)
 	}
 	return int64(f), nil
 }

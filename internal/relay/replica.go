@@ -2,6 +2,7 @@ package relay
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
@@ -57,7 +58,7 @@ type ReplicaOutput struct {
 	TTL time.Duration
 }
 
-// RelayReplica composes a ModelReplica's ReplicaObservation and relays the
+// Replica composes a ModelReplica's ReplicaObservation and relays the
 // agent's PodsScheduled onto it (docs/spec.md#podsscheduled). The
 // ReplicaObservation is composed once a pool of the replica has a report
 // from the agent (so its kinds are served there), and kept from then on.
@@ -71,7 +72,7 @@ type ReplicaOutput struct {
 // the pods unbound and bound again). PodsScheduled is Unknown while nothing
 // is observed, and while the reports of the replica's pools are older than
 // MaxAge (the agent may be gone: neither counted nor stuck).
-func RelayReplica(in ReplicaInput) ReplicaOutput {
+func Replica(in ReplicaInput) ReplicaOutput {
 	out := ReplicaOutput{Resources: map[string]map[string]any{}}
 	r := in.Replica
 	unknown := func(reason, message string) ReplicaOutput {
@@ -104,8 +105,8 @@ func RelayReplica(in ReplicaInput) ReplicaOutput {
 		return unknown(ReasonNotObserved, "the cluster agent has not counted the replica's pods yet")
 	}
 	if gen, ok := agent["observedGeneration"]; ok {
-		want, _ := wholeNumber(mapAt(manifest, "metadata")["generation"], 0, 1<<53)
-		if got, _ := wholeNumber(gen, 0, 1<<53); got < want {
+		want, _ := wholeNumber(mapAt(manifest, "metadata")["generation"], 1<<53)
+		if got, _ := wholeNumber(gen, 1<<53); got < want {
 			return unknown(ReasonNotObserved, "the cluster agent has not counted the replica's pods since its ReplicaObservation changed")
 		}
 	}
@@ -141,9 +142,11 @@ func RelayReplica(in ReplicaInput) ReplicaOutput {
 		}
 		until := at.Add(in.Margin)
 		out.TTL = min(out.TTL, until.Sub(in.Now))
-		out.Condition = Condition{Type: observation.ConditionPodsScheduled, Status: hold, Reason: ReasonAwaitingClockMargin,
+		out.Condition = Condition{
+			Type: observation.ConditionPodsScheduled, Status: hold, Reason: ReasonAwaitingClockMargin,
 			Message: fmt.Sprintf("the cluster agent saw every pod bound at %s; PodsScheduled turns True once this clock passes %s (a margin of %s for clock skew)",
-				at.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339), in.Margin)}
+				at.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339), in.Margin),
+		}
 		return out
 	}
 	out.Condition = Condition{Type: observation.ConditionPodsScheduled, Status: "True", Reason: ReasonPodsBound, Message: message}
@@ -172,12 +175,7 @@ func poolReports(cluster map[string]any, pools []string) (bool, time.Time) {
 }
 
 func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(ss, s)
 }
 
 // currentPodsScheduled is the replica's own PodsScheduled status and time,

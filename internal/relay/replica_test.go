@@ -12,7 +12,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/fixture"
 )
 
-var agentTime = time.Date(2026, 10, 20, 20, 6, 0, 0, time.UTC) //nolint:gochecknoglobals // A test's constant time.
+var agentTime = time.Date(2026, 10, 20, 20, 6, 0, 0, time.UTC)
 
 const (
 	margin = 5 * time.Second
@@ -22,6 +22,7 @@ const (
 // inferenceCluster is the replica's cluster, its pool l4 reported at
 // observedAt ("" for no report).
 func inferenceCluster(t *testing.T, observedAt string) map[string]any {
+	t.Helper()
 	c := y(t, `
 metadata: {name: eks}
 status:
@@ -37,6 +38,7 @@ status:
 // observedReplicaObservation is the ReplicaObservation Object with the
 // agent's PodsScheduled (status, time), at generation 1.
 func observedReplicaObservation(t *testing.T, status string, at time.Time) map[string]any {
+	t.Helper()
 	return y(t, fmt.Sprintf(`
 spec: {providerConfigRef: {kind: ClusterProviderConfig, name: eks-kubeconfig}}
 status:
@@ -74,6 +76,7 @@ func TestRelayReplica(t *testing.T) {
 		"AgentNotReporting": {
 			reason: "no report of the replica's pool: the agent's kinds may not be served there, so nothing is composed (h100's report is another pool's)",
 			in: func(t *testing.T) ReplicaInput {
+				t.Helper()
 				return ReplicaInput{Replica: l4Replica().Obj(), Cluster: inferenceCluster(t, "")}
 			},
 			want: want{condition: Condition{"PodsScheduled", "Unknown", ReasonAgentNotReporting, "no pool of the replica (l4) has a report from the cluster agent yet: its ReplicaObservation is created once one has"}},
@@ -81,6 +84,7 @@ func TestRelayReplica(t *testing.T) {
 		"NotObservedYet": {
 			reason: "a report of its pool: the ReplicaObservation is composed, Unknown until the agent counts",
 			in: func(t *testing.T) ReplicaInput {
+				t.Helper()
 				return ReplicaInput{Replica: l4Replica().Obj(), Cluster: inferenceCluster(t, reported)}
 			},
 			want: want{condition: Condition{"PodsScheduled", "Unknown", ReasonNotObserved, "the cluster agent has not counted the replica's pods yet"}, object: true, ttl: maxAge - 40*time.Second},
@@ -88,6 +92,7 @@ func TestRelayReplica(t *testing.T) {
 		"AgentFalse": {
 			reason: "not bound: False at once, whatever the clocks",
 			in: func(t *testing.T) ReplicaInput {
+				t.Helper()
 				return ReplicaInput{Replica: l4Replica().Obj(), Cluster: inferenceCluster(t, reported), Composed: map[string]map[string]any{KeyReplicaObservation: observedReplicaObservation(t, "False", agentTime)}}
 			},
 			want: want{condition: Condition{"PodsScheduled", "False", ReasonPodsNotBound, "1 of 1 pods are bound to a node"}, object: true, ttl: maxAge - 40*time.Second},
@@ -95,6 +100,7 @@ func TestRelayReplica(t *testing.T) {
 		"AgentTruePastTheMargin": {
 			reason: "bound, and this clock is past the agent's time by the margin",
 			in: func(t *testing.T) ReplicaInput {
+				t.Helper()
 				return ReplicaInput{Replica: l4Replica().Obj(), Cluster: inferenceCluster(t, reported), Composed: map[string]map[string]any{KeyReplicaObservation: observedReplicaObservation(t, "True", agentTime)}}
 			},
 			want: want{condition: Condition{"PodsScheduled", "True", ReasonPodsBound, "1 of 1 pods are bound to a node"}, object: true, ttl: maxAge - 40*time.Second},
@@ -102,31 +108,41 @@ func TestRelayReplica(t *testing.T) {
 		"AgentTrueWithinTheMargin": {
 			reason: "bound 2s ago by the agent's clock: held Unknown (the replica has no PodsScheduled), called again when the margin has passed",
 			in: func(t *testing.T) ReplicaInput {
+				t.Helper()
 				return ReplicaInput{Replica: l4Replica().Obj(), Cluster: inferenceCluster(t, reported), Composed: map[string]map[string]any{KeyReplicaObservation: observedReplicaObservation(t, "True", now.Add(-2*time.Second))}}
 			},
-			want: want{condition: Condition{"PodsScheduled", "Unknown", ReasonAwaitingClockMargin,
-				"the cluster agent saw every pod bound at 2026-10-20T20:06:28Z; PodsScheduled turns True once this clock passes 2026-10-20T20:06:33Z (a margin of 5s for clock skew)"}, object: true, ttl: 3 * time.Second},
+			want: want{condition: Condition{
+				"PodsScheduled", "Unknown", ReasonAwaitingClockMargin,
+				"the cluster agent saw every pod bound at 2026-10-20T20:06:28Z; PodsScheduled turns True once this clock passes 2026-10-20T20:06:33Z (a margin of 5s for clock skew)",
+			}, object: true, ttl: 3 * time.Second},
 		},
 		"AgentAheadOfThisClock": {
 			reason: "the workload cluster's clock runs ahead: the agent's time is in this clock's future, so the hold lasts past it",
 			in: func(t *testing.T) ReplicaInput {
+				t.Helper()
 				return ReplicaInput{Replica: l4Replica().Obj(), Cluster: inferenceCluster(t, reported), Composed: map[string]map[string]any{KeyReplicaObservation: observedReplicaObservation(t, "True", now.Add(20*time.Second))}}
 			},
-			want: want{condition: Condition{"PodsScheduled", "Unknown", ReasonAwaitingClockMargin,
-				"the cluster agent saw every pod bound at 2026-10-20T20:06:50Z; PodsScheduled turns True once this clock passes 2026-10-20T20:06:55Z (a margin of 5s for clock skew)"}, object: true, ttl: 25 * time.Second},
+			want: want{condition: Condition{
+				"PodsScheduled", "Unknown", ReasonAwaitingClockMargin,
+				"the cluster agent saw every pod bound at 2026-10-20T20:06:50Z; PodsScheduled turns True once this clock passes 2026-10-20T20:06:55Z (a margin of 5s for clock skew)",
+			}, object: true, ttl: 25 * time.Second},
 		},
 		"HeldFalseFromFalse": {
 			reason: "a replica that was False stays False while held: no transition to re-stamp",
 			in: func(t *testing.T) ReplicaInput {
+				t.Helper()
 				r := l4Replica().PodsScheduled("False", agentTime.Add(-time.Minute)).Obj()
 				return ReplicaInput{Replica: r, Cluster: inferenceCluster(t, reported), Composed: map[string]map[string]any{KeyReplicaObservation: observedReplicaObservation(t, "True", now.Add(-time.Second))}}
 			},
-			want: want{condition: Condition{"PodsScheduled", "False", ReasonAwaitingClockMargin,
-				"the cluster agent saw every pod bound at 2026-10-20T20:06:29Z; PodsScheduled turns True once this clock passes 2026-10-20T20:06:34Z (a margin of 5s for clock skew)"}, object: true, ttl: 4 * time.Second},
+			want: want{condition: Condition{
+				"PodsScheduled", "False", ReasonAwaitingClockMargin,
+				"the cluster agent saw every pod bound at 2026-10-20T20:06:29Z; PodsScheduled turns True once this clock passes 2026-10-20T20:06:34Z (a margin of 5s for clock skew)",
+			}, object: true, ttl: 4 * time.Second},
 		},
 		"TrueKept": {
 			reason: "already True since the agent's time: kept within the margin (it was stamped after it)",
 			in: func(t *testing.T) ReplicaInput {
+				t.Helper()
 				r := l4Replica().PodsScheduled("True", now.Add(-time.Second)).Obj()
 				return ReplicaInput{Replica: r, Cluster: inferenceCluster(t, reported), Composed: map[string]map[string]any{KeyReplicaObservation: observedReplicaObservation(t, "True", now.Add(-2*time.Second))}}
 			},
@@ -135,15 +151,19 @@ func TestRelayReplica(t *testing.T) {
 		"TrueRestamped": {
 			reason: "True since before the agent's newer time (a flip the relay did not see): False until the margin passes, to re-stamp",
 			in: func(t *testing.T) ReplicaInput {
+				t.Helper()
 				r := l4Replica().PodsScheduled("True", agentTime).Obj()
 				return ReplicaInput{Replica: r, Cluster: inferenceCluster(t, reported), Composed: map[string]map[string]any{KeyReplicaObservation: observedReplicaObservation(t, "True", now.Add(-time.Second))}}
 			},
-			want: want{condition: Condition{"PodsScheduled", "False", ReasonAwaitingClockMargin,
-				"the cluster agent saw every pod bound at 2026-10-20T20:06:29Z; PodsScheduled turns True once this clock passes 2026-10-20T20:06:34Z (a margin of 5s for clock skew)"}, object: true, ttl: 4 * time.Second},
+			want: want{condition: Condition{
+				"PodsScheduled", "False", ReasonAwaitingClockMargin,
+				"the cluster agent saw every pod bound at 2026-10-20T20:06:29Z; PodsScheduled turns True once this clock passes 2026-10-20T20:06:34Z (a margin of 5s for clock skew)",
+			}, object: true, ttl: 4 * time.Second},
 		},
 		"AgentSilent": {
 			reason: "the pool's newest report is older than maxAge: the agent's count may be too, so neither counted nor stuck",
 			in: func(t *testing.T) ReplicaInput {
+				t.Helper()
 				return ReplicaInput{Replica: l4Replica().Obj(), Cluster: inferenceCluster(t, now.Add(-maxAge).Format(time.RFC3339)), Composed: map[string]map[string]any{KeyReplicaObservation: observedReplicaObservation(t, "False", agentTime)}}
 			},
 			want: want{condition: Condition{"PodsScheduled", "Unknown", ReasonAgentSilent, "the cluster agent's newest report of the replica's pools (l4) is older than 5m0s: its count of the replica's pods may be too"}, object: true},
@@ -151,6 +171,7 @@ func TestRelayReplica(t *testing.T) {
 		"ObjectKeptWithoutReports": {
 			reason: "a composed ReplicaObservation is kept when its pool loses its report (provider config from the Object itself)",
 			in: func(t *testing.T) ReplicaInput {
+				t.Helper()
 				return ReplicaInput{Replica: l4Replica().Obj(), Composed: map[string]map[string]any{KeyReplicaObservation: observedReplicaObservation(t, "True", agentTime)}}
 			},
 			want: want{condition: Condition{"PodsScheduled", "Unknown", ReasonAgentSilent, "the cluster agent's newest report of the replica's pools (l4) is older than 5m0s: its count of the replica's pods may be too"}, object: true},
@@ -158,6 +179,7 @@ func TestRelayReplica(t *testing.T) {
 		"OlderGeneration": {
 			reason: "the agent counted an earlier spec of the ReplicaObservation",
 			in: func(t *testing.T) ReplicaInput {
+				t.Helper()
 				o := observedReplicaObservation(t, "True", agentTime)
 				mapAt(o, "status", "atProvider", "manifest", "metadata")["generation"] = 2.0
 				return ReplicaInput{Replica: l4Replica().Obj(), Cluster: inferenceCluster(t, reported), Composed: map[string]map[string]any{KeyReplicaObservation: o}}
@@ -167,6 +189,7 @@ func TestRelayReplica(t *testing.T) {
 		"AgentUnknown": {
 			reason: "the agent's Unknown, with its reason and message",
 			in: func(t *testing.T) ReplicaInput {
+				t.Helper()
 				o := observedReplicaObservation(t, "Unknown", agentTime)
 				c := mapAt(o, "status", "atProvider", "manifest", "status")["conditions"].([]any)[0].(map[string]any)
 				c["reason"], c["message"] = "NamespaceNotWatched", "not watched"
@@ -177,6 +200,7 @@ func TestRelayReplica(t *testing.T) {
 		"BadTime": {
 			reason: "an agent time that does not parse names the field",
 			in: func(t *testing.T) ReplicaInput {
+				t.Helper()
 				o := observedReplicaObservation(t, "True", agentTime)
 				mapAt(o, "status", "atProvider", "manifest", "status")["conditions"].([]any)[0].(map[string]any)["lastTransitionTime"] = "yesterday"
 				return ReplicaInput{Replica: l4Replica().Obj(), Cluster: inferenceCluster(t, reported), Composed: map[string]map[string]any{KeyReplicaObservation: o}}
@@ -188,7 +212,7 @@ func TestRelayReplica(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			in := tc.in(t)
 			in.Now, in.Margin, in.MaxAge = now, margin, maxAge
-			got := RelayReplica(in)
+			got := Replica(in)
 			if diff := cmp.Diff(tc.want.condition, got.Condition); diff != "" {
 				t.Errorf("%s\nCondition: -want, +got:\n%s", tc.reason, diff)
 			}
@@ -209,7 +233,7 @@ func TestReplicaObservation(t *testing.T) {
 	).Obj()
 	r.Spec.Engines[0].Copies = new(int64(2))
 	in := ReplicaInput{Replica: r, Cluster: inferenceCluster(t, agentTime.Format(time.RFC3339)), Now: agentTime, Margin: margin, MaxAge: maxAge}
-	got := RelayReplica(in).Resources[KeyReplicaObservation]
+	got := Replica(in).Resources[KeyReplicaObservation]
 	want := y(t, `
 apiVersion: kubernetes.m.crossplane.io/v1alpha1
 kind: Object
@@ -281,8 +305,9 @@ func TestSkewedClocks(t *testing.T) {
 				agentLTT := seen.Truncate(time.Second)
 				o := observedReplicaObservation(t, "True", agentLTT)
 				flipped := false
-				for now, step := bound, time.Duration(0); now.Before(bound.Add(2 * time.Hour)); now = now.Add(step) {
-					got := RelayReplica(ReplicaInput{
+				var step time.Duration
+				for now := bound; now.Before(bound.Add(2 * time.Hour)); now = now.Add(step) {
+					got := Replica(ReplicaInput{
 						Replica: l4Replica().Obj(), Cluster: inferenceCluster(t, seen.Format(time.RFC3339)),
 						Composed: map[string]map[string]any{KeyReplicaObservation: o},
 						Now:      now.Add(tc.relayAhead), Margin: margin, MaxAge: 3 * time.Hour,
