@@ -269,7 +269,7 @@ func (f *fleet) waitReport(t *testing.T, cluster, pool string, want map[int64]in
 		if _, ok := r["observedAt"]; !ok {
 			return fmt.Errorf("pool %s has no observedAt: %v", pool, r)
 		}
-		if got := freeByNode(r); !maps(got, want) {
+		if got := freeByNode(r); !sameHistogram(got, want) {
 			return fmt.Errorf("histogram %v of report %v", got, r)
 		}
 		return nil
@@ -288,7 +288,7 @@ func number(v any) int64 {
 	return -1
 }
 
-func maps(a, b map[int64]int64) bool {
+func sameHistogram(a, b map[int64]int64) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -310,7 +310,7 @@ func (w *workload) waitPoolObservation(t *testing.T, pool string, want map[int64
 			return errors.New("no PoolObservation")
 		}
 		st, _, _ := unstructured.NestedMap(po.Object, "status")
-		if got := freeByNode(st); !maps(got, want) {
+		if got := freeByNode(st); !sameHistogram(got, want) {
 			return fmt.Errorf("histogram %v; %s", got, describe(po, "Synced"))
 		}
 		return nil
@@ -361,7 +361,7 @@ func (w *workload) deleteForeign(t *testing.T, name string) {
 // reportsFlow: a pod of another team's takes one of octo's 8 GPUs and
 // gives it back; each time the InferenceCluster's report follows within
 // seconds.
-func reportsFlow(t *testing.T, f *fleet) {
+func reportsFlow(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
 	w := f.clusters["beta"]
 	w.waitPoolObservation(t, "octo", map[int64]int64{8: 1}, settle)
 	f.waitReport(t, "beta", "octo", map[int64]int64{8: 1}, settle)
@@ -388,7 +388,7 @@ func reportsFlow(t *testing.T, f *fleet) {
 // scaleAtOnce: two deployments of 1-GPU replicas scale from 1 to 4 at the
 // same moment onto beta's one 8-GPU node: the assumed placements keep
 // their calls from both taking the same GPUs, and every pod binds.
-func scaleAtOnce(t *testing.T, f *fleet) {
+func scaleAtOnce(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
 	for _, d := range []string{"scale-a", "scale-b"} {
 		apply(t, f.cp.c, deployment(d, "beta", "NVIDIA L40S", 1, 1))
 	}
@@ -413,7 +413,7 @@ func scaleAtOnce(t *testing.T, f *fleet) {
 
 // fourOnOne: four 1-GPU replicas on alpha's pool of one 4-GPU node, which
 // whole-node accounting would give one.
-func fourOnOne(t *testing.T, f *fleet) {
+func fourOnOne(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
 	apply(t, f.cp.c, deployment("four", "alpha", "NVIDIA L4", 4, 1))
 	rs := f.waitPlaced(t, "four", 4, "alpha", "quad", settle)
 	nodes := f.waitBound(t, "alpha", rs, settle)
@@ -490,7 +490,7 @@ func (f *fleet) checkClaimsAllocated(t *testing.T, cluster string, replicas []*u
 // stopped six minutes ago, go stale, and whole-node accounting places
 // nothing more on quad, where two GPUs are free; started again, its fresh
 // report places the waiting replica.
-func agentStops(t *testing.T, f *fleet) {
+func agentStops(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
 	w := f.clusters["alpha"]
 	w.agent.Stop(t)
 	stoppedAt := time.Now().Add(-6 * time.Minute).UTC().Truncate(time.Second).Format(time.RFC3339)
@@ -556,20 +556,23 @@ func agentStops(t *testing.T, f *fleet) {
 }
 
 // wrongGuess: with alpha's kube-scheduler stopped, spread (two 2-GPU
-// replicas) and then big (one 4-GPU replica) are placed on pair, two
-// nodes of 4 GPUs: the ledger, assuming LeastFree, puts both of spread's
-// pods on one node and big on the other. Started again, kube-scheduler's
+// replicas) and then big (one 4-GPU replica, ModelDeployment whole) are
+// placed on pair, two nodes of 4 GPUs: the ledger, assuming LeastFree,
+// puts both of spread's pods on one node and big on the other. (big's
+// deployment is named to sort after spread's: kube-scheduler, started
+// again, queues the pods as its informer lists them, by name, and big's
+// pod scheduled first would make LeastFree's guess come true.) Started again, kube-scheduler's
 // default profile spreads spread's pods over both nodes (they request
 // nothing, so it scores by pod count), and big's pod cannot bind. After
 // replaceUnscheduledAfter, re-placing moves big to spare.
-func wrongGuess(t *testing.T, f *fleet) {
+func wrongGuess(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
 	w := f.clusters["alpha"]
 	w.scheduler.Stop(t)
 	apply(t, f.cp.c, deployment("spread", "alpha", "NVIDIA A10G", 2, 2))
 	spread := f.waitPlaced(t, "spread", 2, "alpha", "pair", settle)
 	f.waitPods(t, w, spread)
-	apply(t, f.cp.c, deployment("big", "alpha", "NVIDIA A10G", 1, 4))
-	big := f.waitPlaced(t, "big", 1, "alpha", "pair", settle)
+	apply(t, f.cp.c, deployment("whole", "alpha", "NVIDIA A10G", 1, 4))
+	big := f.waitPlaced(t, "whole", 1, "alpha", "pair", settle)
 	f.waitPods(t, w, big)
 	started := time.Now()
 	w.startScheduler(t, f)
@@ -588,7 +591,7 @@ func wrongGuess(t *testing.T, f *fleet) {
 	f.waitPodsScheduled(t, "False", big, settle)
 	t.Logf("PodsScheduled False reached big %s after kube-scheduler started", time.Since(started).Round(time.Second))
 
-	moved := f.waitPlaced(t, "big", 1, "alpha", "spare", replaceAfter+callAgain+settle)
+	moved := f.waitPlaced(t, "whole", 1, "alpha", "spare", replaceAfter+callAgain+settle)
 	if moved[0].GetName() != big[0].GetName() {
 		t.Errorf("big was re-placed as %s, not as the same replica %s on another pool", moved[0].GetName(), big[0].GetName())
 	}

@@ -51,16 +51,6 @@ func object(apiVersion, kind, namespace, name string) *unstructured.Unstructured
 	return u
 }
 
-// fromYAML reads one object.
-func fromYAML(t *testing.T, s string) *unstructured.Unstructured {
-	t.Helper()
-	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal([]byte(s), &u.Object); err != nil {
-		t.Fatalf("cannot read %q: %v", s, err)
-	}
-	return u
-}
-
 // readObjects reads the objects of a YAML stream.
 func readObjects(t *testing.T, file string) []*unstructured.Unstructured {
 	t.Helper()

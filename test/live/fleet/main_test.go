@@ -38,7 +38,7 @@ const (
 
 // suite runs the tests in network and PID namespaces of their own: only
 // loopback exists there, and every process the tests start ends with them.
-var suite = harness.Suite{Name: "live-fleet", Prepare: prepare} //nolint:gochecknoglobals // The suite's one description, for TestMain and the tests.
+var suite = harness.Suite{Name: "live-fleet", Prepare: prepare}
 
 // TestMain builds what the fleet runs while the Go module proxy can be
 // reached, then runs the tests in namespaces.
@@ -64,10 +64,14 @@ func prepare(root, logs string) ([]string, error) {
 		{name: "build-control-plane", dir: root, cmd: []string{"./hack/build-control-plane.sh"}},
 		{name: "build-crossplane", dir: root, cmd: []string{"./hack/build-crossplane.sh"}},
 		{name: "build-xpkg", dir: root, env: []string{"ARCHS=" + runtime.GOARCH, "OUTPUT_DIR=" + artifacts, "CROSSPLANE=" + crossplane}, cmd: []string{"./hack/build-xpkg.sh"}},
-		{name: "build-agent", dir: filepath.Join(root, "cmd", "cluster-agent"), env: static,
-			cmd: []string{"go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(artifacts, "bin", "cluster-agent"), "."}},
-		{name: "build-standin", dir: filepath.Join(root, "test", "live"), env: static,
-			cmd: []string{"go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(standin, "standin"), "./fleet/standin"}},
+		{
+			name: "build-agent", dir: filepath.Join(root, "cmd", "cluster-agent"), env: static,
+			cmd: []string{"go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(artifacts, "bin", "cluster-agent"), "."},
+		},
+		{
+			name: "build-standin", dir: filepath.Join(root, "test", "live"), env: static,
+			cmd: []string{"go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(standin, "standin"), "./fleet/standin"},
+		},
 		{name: "build-standin-xpkg", dir: root, cmd: []string{crossplane, "xpkg", "build", "--package-root=" + filepath.Join(root, "test", "live", "fleet", "standin", "package"), "-o", filepath.Join(standin, "standin.xpkg")}},
 	}
 	for _, s := range steps {

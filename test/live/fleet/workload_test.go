@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -123,6 +124,7 @@ func (f *fleet) startWorkload(t *testing.T, spec workloadSpec) *workload {
 	w.startScheduler(t, f)
 
 	w.register(t)
+	w.terminatePods(t)
 	f.installAgent(t, w)
 
 	// The control plane reaches the cluster through a kubeconfig Secret,
@@ -229,13 +231,45 @@ func (w *workload) register(t *testing.T) {
 	}
 }
 
+// terminatePods plays the kubelets' part in a pod's deletion: a bound
+// pod deleted gracefully stays Terminating until its node's kubelet has
+// stopped its containers and deletes it for good. There is no kubelet, so
+// every pod marked for deletion is deleted at once (grace period 0), as a
+// kubelet would once its containers stopped; the resourceclaim controller
+// then releases its claim.
+func (w *workload) terminatePods(t *testing.T) {
+	t.Helper()
+	ctx := t.Context()
+	go func() {
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			l := &corev1.PodList{}
+			if err := w.api.c.List(ctx, l); err != nil {
+				continue // The API server restarting, or the test ending: try again.
+			}
+			for i := range l.Items {
+				p := &l.Items[i]
+				if p.DeletionTimestamp == nil {
+					continue
+				}
+				// Not found, or the test ending: nothing to do.
+				_ = w.api.c.Delete(ctx, p, client.GracePeriodSeconds(0), client.Preconditions{UID: &p.UID})
+			}
+		}
+	}()
+}
+
 // node creates a Ready Node with its allocatable.
 func (w *workload) node(t *testing.T, name string, labels map[string]string, taints []corev1.Taint, cpu, memory string) {
 	t.Helper()
 	l := map[string]string{corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64"}
-	for k, v := range labels {
-		l[k] = v
-	}
+	maps.Copy(l, labels)
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}, Spec: corev1.NodeSpec{Taints: taints}}
 	if err := w.api.c.Create(t.Context(), n); err != nil {
 		t.Fatalf("cannot create Node %s in %s: %v", name, w.spec.name, err)

@@ -66,7 +66,7 @@ type Input struct {
 // RunFunction composes for an InferenceCluster or a ModelReplica.
 func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
 	rsp := response.To(req, response.DefaultTTL)
-	if rsp.Desired == nil {
+	if rsp.GetDesired() == nil {
 		rsp.Desired = &fnv1.State{}
 	}
 	if rsp.Desired.Resources == nil {
@@ -170,10 +170,10 @@ func (f *Function) cluster(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	if err != nil {
 		return err
 	}
-	if rsp.Desired.Composite == nil {
+	if rsp.GetDesired().GetComposite() == nil {
 		rsp.Desired.Composite = &fnv1.Resource{}
 	}
-	if rsp.Desired.Composite.Resource == nil {
+	if rsp.GetDesired().GetComposite().GetResource() == nil {
 		rsp.Desired.Composite.Resource = &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	}
 	rsp.Desired.Composite.Resource.Fields["status"] = s
