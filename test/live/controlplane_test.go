@@ -44,8 +44,8 @@ type controlPlane struct {
 	// recorder stands between Crossplane and the function, and records
 	// every request.
 	recorder *recorder
-	// crossplaneMetrics is where Crossplane core serves its metrics.
-	crossplaneMetrics string
+	// crossplane is Crossplane core's process.
+	crossplane *harness.Process
 }
 
 // startControlPlane starts everything the live test needs and stops it when
@@ -140,6 +140,7 @@ func (cp *controlPlane) startControllerManager(t *testing.T, kubeconfig string) 
 		"--secure-port=0", // serves nothing
 	)
 	p.Running(t)
+	cp.crossplane = p
 }
 
 // dumpObjects writes what the test's kinds hold to objects.yaml in the logs.
@@ -212,7 +213,6 @@ func (cp *controlPlane) startCrossplane(t *testing.T, kubeconfig, clientCerts st
 	// Crossplane listens on :<port> (every interface) for metrics and health:
 	// in this test's network namespace that is loopback only.
 	metricsPort := port(t)
-	cp.crossplaneMetrics = "http://127.0.0.1:" + metricsPort + "/metrics"
 	p := harness.StartProcess(t, cp.logs, "crossplane", bin, env, "--debug", "core", "start",
 		"--package-runtime=Function=External",
 		"--enable-webhooks=false",
@@ -222,6 +222,7 @@ func (cp *controlPlane) startCrossplane(t *testing.T, kubeconfig, clientCerts st
 		"--health-probe-port="+port(t),
 	)
 	p.Running(t)
+	cp.crossplane = p
 }
 
 // startFunction starts the function binary of the package built for this

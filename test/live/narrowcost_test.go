@@ -2,8 +2,6 @@ package live
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -64,16 +62,21 @@ func TestNarrowCostsOnALiveControlPlane(t *testing.T) {
 		}
 		cp.createPausedReplicas(t, created, n)
 		created = n
-		full := cp.measureReconciles(t, "--no-narrow-requests", 10)
+		// Narrow first: a Go process seldom gives memory back soon, so the
+		// full reads' peak would otherwise stand in for the narrow ones'.
 		narrow := cp.measureReconciles(t, "", 10)
+		full := cp.measureReconciles(t, "--no-narrow-requests", 10)
 		if !narrow.narrow {
 			t.Fatalf("at %d replicas the measured calls did not go narrow", n)
 		}
-		row := fmt.Sprintf("| %d | %.3f | %.3f | %.2f | %d | %d | %.3f |", n, full.cpu, narrow.cpu, narrow.cpu/full.cpu, full.bytes, narrow.bytes, float64(narrow.bytes)/float64(full.bytes))
+		row := fmt.Sprintf("| %d | %.3f | %.3f | %.2f | %d | %d | %.2f | %d | %d | %.3f |", n,
+			full.cpu, narrow.cpu, narrow.cpu/full.cpu,
+			full.peakRSS>>20, narrow.peakRSS>>20, float64(narrow.peakRSS)/float64(full.peakRSS),
+			full.bytes, narrow.bytes, float64(narrow.bytes)/float64(full.bytes))
 		t.Log(row)
 		rows = append(rows, row)
 	}
-	t.Logf("\n| replicas | Crossplane CPU s per reconcile, full | narrow | ratio | bytes per reconcile, full | narrow | ratio |\n|---:|---:|---:|---:|---:|---:|---:|\n%s", strings.Join(rows, "\n"))
+	t.Logf("\n| replicas | Crossplane CPU s per reconcile, full | narrow | ratio | Crossplane peak RSS MiB, full | narrow | ratio | bytes per reconcile, full | narrow | ratio |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n%s", strings.Join(rows, "\n"))
 }
 
 // createPausedReplicas creates the replicas of indexes [from, to) of other
@@ -136,9 +139,11 @@ func pausedReplica(spec map[string]any, i int) (*unstructured.Unstructured, map[
 
 // reconcileCost is what a run of reconciles cost, per reconcile.
 type reconcileCost struct {
-	cpu    float64 // Crossplane core's CPU seconds
-	bytes  int     // bytes of the requests Crossplane sent the function
-	narrow bool    // whether the measured calls read narrowly
+	cpu     float64 // Crossplane core's CPU seconds
+	rss     int64   // Crossplane core's resident memory before the reconciles
+	peakRSS int64   // the most it held during them
+	bytes   int     // bytes of the requests Crossplane sent the function
+	narrow  bool    // whether the measured calls read narrowly
 }
 
 // measureReconciles restarts the function with a flag (none for its
@@ -163,14 +168,15 @@ func (cp *controlPlane) measureReconciles(t *testing.T, flag string, k int) reco
 	fresh := asOf(t, readFleet(t, cp.root).clusters, time.Now())
 	cp.applyAll(t, fresh)
 	cp.reconciles(t, poke, 1)
-	cpu0, start := cp.crossplaneCPU(t), time.Now()
+	before, start := cp.crossplaneUsage(t), time.Now()
+	peak := cp.peakRSS(t)
 	calls := cp.reconciles(t, poke, k)
-	cpu, took := cp.crossplaneCPU(t)-cpu0, time.Since(start)
-	idle0 := cp.crossplaneCPU(t)
+	most, after, took := peak(), cp.crossplaneUsage(t), time.Since(start)
 	time.Sleep(took)
-	idle := cp.crossplaneCPU(t) - idle0
-	t.Logf("%s: Crossplane used %.2fs of CPU in %s of %d reconciles, and %.2fs in as long without", flag, cpu, took.Round(time.Second), k, idle)
-	out := reconcileCost{cpu: (cpu - idle) / float64(k), narrow: true}
+	idle := cp.crossplaneUsage(t).CPU - after.CPU
+	cpu := after.CPU - before.CPU
+	t.Logf("%s: Crossplane used %.2fs of CPU in %s of %d reconciles, and %.2fs in as long without; its RSS went from %d to %d MiB at most", flag, cpu, took.Round(time.Second), k, idle, before.RSS>>20, most>>20)
+	out := reconcileCost{cpu: (cpu - idle) / float64(k), rss: before.RSS, peakRSS: most, narrow: true}
 	for _, c := range calls {
 		out.bytes += c.bytes
 		if slices.Contains(c.required, "all-replicas") {
@@ -208,33 +214,36 @@ func (cp *controlPlane) reconciles(t *testing.T, poke func(), k int) []recordedC
 	return fleetCalls
 }
 
-// crossplaneCPU is the CPU time Crossplane core has used so far, user and
-// system, as it reports it (process_cpu_seconds_total, which its process
-// reads of itself: the test's PID namespace has no /proc of its own).
-func (cp *controlPlane) crossplaneCPU(t *testing.T) float64 {
+// crossplaneUsage is what Crossplane core has used so far.
+func (cp *controlPlane) crossplaneUsage(t *testing.T) harness.Usage {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, cp.crossplaneMetrics, nil)
+	u, err := cp.crossplane.Usage()
 	if err != nil {
 		t.Fatal(err)
 	}
-	rsp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("cannot read Crossplane's metrics: %v", err)
-	}
-	defer rsp.Body.Close()
-	body, err := io.ReadAll(rsp.Body)
-	if err != nil {
-		t.Fatalf("cannot read Crossplane's metrics: %v", err)
-	}
-	for line := range strings.SplitSeq(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, "process_cpu_seconds_total "); ok {
-			cpu, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatalf("cannot read Crossplane's CPU time from %q: %v", line, err)
+	return u
+}
+
+// peakRSS samples Crossplane core's resident memory every 50 ms until
+// stopped, and gives the most it saw.
+func (cp *controlPlane) peakRSS(t *testing.T) (stop func() int64) {
+	t.Helper()
+	done, peak := make(chan struct{}), make(chan int64, 1)
+	go func() {
+		var most int64
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if u, err := cp.crossplane.Usage(); err == nil {
+				most = max(most, u.RSS)
 			}
-			return cpu
+			select {
+			case <-done:
+				peak <- most
+				return
+			case <-tick.C:
+			}
 		}
-	}
-	t.Fatalf("Crossplane's metrics have no process_cpu_seconds_total")
-	return 0
+	}()
+	return func() int64 { close(done); return <-peak }
 }

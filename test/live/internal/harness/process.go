@@ -19,6 +19,8 @@ type Process struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
 	err    error // how it exited, once exited is closed
+	// hostPID is its PID as /proc knows it, once Usage found it.
+	hostPID int
 }
 
 // StartProcess starts bin with args, its output appended to
