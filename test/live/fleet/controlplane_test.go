@@ -42,6 +42,10 @@ const (
 
 // fleet is the control plane and the workload clusters.
 type fleet struct {
+	// owner is the test the fleet runs for: a process a scenario starts
+	// again (the agent, kube-scheduler) runs until it ends, not the
+	// scenario.
+	owner                      *testing.T
 	root, logs, bin, artifacts string
 	etcd                       string
 	cp                         *apiServer
@@ -66,7 +70,7 @@ func startFleet(t *testing.T) *fleet {
 	suite.Skip(t)
 	root := testenv.RepoRoot(t)
 	f := &fleet{
-		root: root, logs: suite.Logs(), bin: filepath.Join(root, "bin", "control-plane"),
+		owner: t, root: root, logs: suite.Logs(), bin: filepath.Join(root, "bin", "control-plane"),
 		artifacts: os.Getenv(envArtifacts), functions: map[string]*function{}, clusters: map[string]*workload{},
 	}
 	// On a failed start, the objects as they are, before the cleanups

@@ -183,7 +183,7 @@ func (f *fleet) schedulerConfig(t *testing.T, spec workloadSpec, kubeconfig stri
 // startScheduler starts the cluster's kube-scheduler.
 func (w *workload) startScheduler(t *testing.T, f *fleet) {
 	t.Helper()
-	w.scheduler = harness.StartProcess(t, f.logs, w.spec.name+"-kube-scheduler", filepath.Join(f.bin, "kube-scheduler"), nil, w.schedArgs...)
+	w.scheduler = harness.StartProcessOf(t, f.owner, f.logs, w.spec.name+"-kube-scheduler", filepath.Join(f.bin, "kube-scheduler"), nil, w.schedArgs...)
 	w.scheduler.Running(t)
 }
 
@@ -375,7 +375,7 @@ func (f *fleet) installAgent(t *testing.T, w *workload) {
 // startAgent starts the cluster's agent.
 func (w *workload) startAgent(t *testing.T, f *fleet) {
 	t.Helper()
-	w.agent = harness.StartProcess(t, f.logs, w.spec.name+"-cluster-agent", filepath.Join(f.artifacts, "bin", "cluster-agent"), w.agentEnv, w.agentArgs...)
+	w.agent = harness.StartProcessOf(t, f.owner, f.logs, w.spec.name+"-cluster-agent", filepath.Join(f.artifacts, "bin", "cluster-agent"), w.agentEnv, w.agentArgs...)
 	w.agent.Running(t)
 }
 
