@@ -582,8 +582,18 @@ func wrongGuess(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by 
 	w.startScheduler(t, f)
 
 	nodes := f.waitBound(t, "alpha", spread, settle)
-	if nodes[spread[0].GetName()] == nodes[spread[1].GetName()] {
-		t.Fatalf("kube-scheduler bound both of spread's pods to %s: the scenario needs them spread", nodes[spread[0].GetName()])
+	if n := nodes[spread[0].GetName()]; n == nodes[spread[1].GetName()] {
+		// kube-scheduler's default profile does not always spread pods
+		// that request nothing: an empty node outscores one with such a
+		// pod by a point of rounding, which other scores can outweigh. Its
+		// binding then agrees with LeastFree's, and there is nothing to
+		// re-place: check that everything binds, on the nodes guessed.
+		bound := f.waitBound(t, "alpha", big, settle)[big[0].GetName()]
+		if bound == n || !strings.HasPrefix(bound, "pair-") {
+			t.Errorf("big's pod bound to %s, spread's both to %s", bound, n)
+		}
+		f.waitPodsScheduled(t, "True", append(spread, big...), settle)
+		t.Skipf("kube-scheduler bound both of spread's pods to %s, as LeastFree guessed, and big's to %s: no wrong guess this run", n, bound)
 	}
 	eventually(t, settle, "big's pod unschedulable", func() error {
 		pods := w.pods(t, big[0].GetName())
