@@ -3,6 +3,8 @@ package kube
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -33,16 +35,17 @@ const (
 
 // Features is the structured allocator's feature set as kube-scheduler
 // v1.37 enables it by default (dynamicresources.AllocatorFeatures of the
-// default feature gates).
+// default feature gates, which sim/calibrate checks). FractionalCapacity-
+// Range is off: its gate's v1.37 default is on only at compatibility
+// version 1.37, and kube-scheduler v1.37.2's default gates have it off.
 func Features() structured.Features {
 	return structured.Features{
-		AdminAccess:             true,
-		PrioritizedList:         true,
-		PartitionableDevices:    true,
-		DeviceTaints:            true,
-		DeviceBindingAndStatus:  true,
-		ConsumableCapacity:      true,
-		FractionalCapacityRange: true,
+		AdminAccess:            true,
+		PrioritizedList:        true,
+		PartitionableDevices:   true,
+		DeviceTaints:           true,
+		DeviceBindingAndStatus: true,
+		ConsumableCapacity:     true,
 	}
 }
 
@@ -456,3 +459,70 @@ type res struct{ milliCPU, memory int64 }
 
 func (r res) add(o res) res { return res{r.milliCPU + o.milliCPU, r.memory + o.memory} }
 func (r res) sub(o res) res { return res{r.milliCPU - o.milliCPU, r.memory - o.memory} }
+
+// Clone is a copy of the cluster to bind more pods in, leaving this one as
+// it is, running without a mutation: its nodes, pods and claims are
+// copied; the ResourceSlice, DeviceClass and DeviceTaintRule objects, and
+// a node's labels and spec, are shared, as the binder only reads them.
+func (c *Cluster) Clone() *Cluster {
+	out := &Cluster{
+		byName:     make(map[string]*Node, len(c.byName)),
+		inZone:     make(map[string][]*Node, len(c.inZone)),
+		zones:      slices.Clone(c.zones),
+		classes:    c.classes,
+		extended:   c.extended,
+		taintRules: slices.Clone(c.taintRules),
+		allocated: structured.AllocatedState{
+			AllocatedDevices:         c.allocated.AllocatedDevices.Clone(),
+			AllocatedSharedDeviceIDs: c.allocated.AllocatedSharedDeviceIDs.Clone(),
+			AggregatedCapacity:       c.allocated.AggregatedCapacity.Clone(),
+		},
+		owners:       maps.Clone(c.owners),
+		antiPods:     make(map[*Pod]bool, len(c.antiPods)),
+		affinityPods: make(map[*Pod]bool, len(c.affinityPods)),
+		imageNodes:   maps.Clone(c.imageNodes),
+		imageSizes:   maps.Clone(c.imageSizes),
+		nextStart:    c.nextStart,
+		cel:          c.cel,
+		weights:      Weights(),
+	}
+	nodes := make(map[*Node]*Node, len(c.inserted))
+	for _, n := range c.inserted {
+		obj := *n.Obj
+		// Pulled appends to the images: a slice of the copy's own.
+		obj.Status.Images = slices.Clone(n.Obj.Status.Images)
+		nn := *n
+		nn.Obj, nn.Pods = &obj, make([]*Pod, 0, len(n.Pods))
+		nn.images, nn.scalarRequested = maps.Clone(n.images), maps.Clone(n.scalarRequested)
+		nodes[n] = &nn
+		out.byName[nn.Obj.Name] = &nn
+		out.inserted = append(out.inserted, &nn)
+	}
+	for _, n := range c.nodes {
+		out.nodes = append(out.nodes, nodes[n])
+	}
+	for z, in := range c.inZone {
+		for _, n := range in {
+			out.inZone[z] = append(out.inZone[z], nodes[n])
+		}
+	}
+	for _, n := range c.inserted {
+		for _, p := range n.Pods {
+			np := *p
+			np.Obj = p.Obj.DeepCopy()
+			np.Claims = make([]*resourceapi.ResourceClaim, len(p.Claims))
+			for i, rc := range p.Claims {
+				np.Claims[i] = rc.DeepCopy()
+			}
+			np.node = nodes[n]
+			np.node.Pods = append(np.node.Pods, &np)
+			if c.antiPods[p] {
+				out.antiPods[&np] = true
+			}
+			if c.affinityPods[p] {
+				out.affinityPods[&np] = true
+			}
+		}
+	}
+	return out
+}

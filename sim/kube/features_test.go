@@ -332,9 +332,6 @@ func TestMutate(t *testing.T) {
 	if err := NewCluster().Mutate("filter/nothing"); err == nil {
 		t.Error("Mutate of an unknown mutation: want an error, got none")
 	}
-	if err := cluster(makeNode("n1")).Mutate(IgnoreCPU); err == nil {
-		t.Error("Mutate after a node was added: want an error, got none")
-	}
 	c := NewCluster()
 	if err := c.Mutate("weight/TaintToleration-1"); err != nil {
 		t.Fatal(err)
@@ -348,7 +345,38 @@ func TestMutate(t *testing.T) {
 	if err := c.Mutate("allocator/AdminAccess"); err != nil {
 		t.Fatal(err)
 	}
-	if f := c.features(); f.AdminAccess || !f.PrioritizedList {
+	if f := c.features(); f.AdminAccess || !f.PrioritizedList || f.FractionalCapacityRange {
 		t.Errorf("allocator/AdminAccess: want AdminAccess alone off, got %+v", f)
+	}
+	if err := c.Mutate("allocator/FractionalCapacityRange"); err != nil {
+		t.Fatal(err)
+	}
+	if f := c.features(); !f.FractionalCapacityRange || !f.AdminAccess {
+		t.Errorf("allocator/FractionalCapacityRange: want FractionalCapacityRange alone on, got %+v", f)
+	}
+}
+
+func TestCloneLeavesTheOriginal(t *testing.T) {
+	c := cluster(makeNode("n1").gpus(2, "80Gi"), makeNode("n2").gpus(2, "80Gi"))
+	if err := c.AddPod(makePod("b").claim(Exactly("g", gpuClass, 1)).boundTo("n1", gpu("gpu-0")).obj()); err != nil {
+		t.Fatal(err)
+	}
+	clone := c.Clone()
+	ctx := context.Background()
+	for i := range 2 {
+		p := makePod(fmt.Sprintf("p%d", i)).claim(Exactly("g", gpuClass, 2)).obj()
+		if node, _, err := clone.Schedule(ctx, p, Default, nil); err != nil || node != "n2" && i == 0 || node != "" && i == 1 {
+			t.Fatalf("clone, pod %d of 2 GPUs: bound to %q (%v); want n2, then none", i, node, err)
+		}
+	}
+	e, err := c.Evaluate(ctx, makePod("q").claim(Exactly("g", gpuClass, 2)).obj(), Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"n2"}, e.Scored); diff != "" {
+		t.Errorf("the original after binding in its clone: feasible nodes for 2 GPUs: -want, +got:\n%s", diff)
+	}
+	if got := len(c.Node("n2").Pods); got != 0 {
+		t.Errorf("the original's n2 holds %d pods, want 0", got)
 	}
 }

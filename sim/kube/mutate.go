@@ -107,8 +107,8 @@ const (
 	FirstBest Mutation = "pick/first-best"
 )
 
-// allocatorMutation is the prefix of the mutations that switch one of the
-// allocator's features off.
+// allocatorMutation is the prefix of the mutations that flip one of the
+// allocator's features: off where kube-scheduler has it on, on where off.
 const allocatorMutation = "allocator/"
 
 // weightMutation is the prefix of the mutations that change a plugin's
@@ -119,7 +119,7 @@ const weightMutation = "weight/"
 const scoreOff = "score/"
 
 // Mutations are every mutation: the filters', the allocator's features
-// one at a time, what counts as allocated, each score plugin off, score
+// flipped one at a time, what counts as allocated, each score plugin off, score
 // details, each weight up and down by one, and the search and the pick.
 func Mutations() []Mutation {
 	out := []Mutation{
@@ -142,14 +142,13 @@ func Mutations() []Mutation {
 	return append(out, ScoreAllNodes, RestartSearch, StopAtEnough, InsertionOrder, FirstBest)
 }
 
-// Mutate sets the break the binder runs with, before any node is added
-// ("" for none). It returns an error for a name Mutations does not list.
+// Mutate sets the break the binder runs with from now on ("" for none).
+// What counts as allocated (the allocated/ mutations) is counted as pods
+// are added: set those before adding any. It returns an error for a name
+// Mutations does not list.
 func (c *Cluster) Mutate(m Mutation) error {
 	if m != "" && !slices.Contains(Mutations(), m) {
 		return fmt.Errorf("cannot mutate the binder: no mutation %q", m)
-	}
-	if len(c.byName) > 0 {
-		return fmt.Errorf("cannot mutate the binder: %d nodes are already added", len(c.byName))
 	}
 	c.mutation = m
 	c.weights = Weights()
@@ -167,12 +166,13 @@ func (c *Cluster) Mutate(m Mutation) error {
 func (c *Cluster) features() structured.Features {
 	f := Features()
 	if name, ok := strings.CutPrefix(string(c.mutation), allocatorMutation); ok {
-		*featureFlags(&f)[name] = false
+		flag := featureFlags(&f)[name]
+		*flag = !*flag
 	}
 	return f
 }
 
-// featureFlags are the allocator's features Features switches on, by name.
+// featureFlags are the allocator's features the mutations flip, by name.
 func featureFlags(f *structured.Features) map[string]*bool {
 	return map[string]*bool{
 		"AdminAccess":             &f.AdminAccess,
