@@ -133,43 +133,27 @@ const hardPodAffinityWeight = 1
 func (c *Cluster) interPodAffinityScores(p *Pod, nodes []*Node) []int64 {
 	own := len(p.affinity.preferred)+len(p.affinity.antiPreferred) > 0
 	topo := map[topologyPair]int64{}
-	add := func(n *corev1.Node, t affinityTerm, weight int64) {
-		if v, ok := n.Labels[t.topologyKey]; ok {
-			topo[topologyPair{t.topologyKey, v}] += weight
+	// add adds, in the domain of n, the weight of each term matching
+	// pod, times sign.
+	add := func(n *corev1.Node, terms []affinityTerm, pod *corev1.Pod, sign int64) {
+		for _, t := range terms {
+			if v, ok := n.Labels[t.topologyKey]; ok && t.matches(pod) {
+				topo[topologyPair{t.topologyKey, v}] += sign * t.weight
+			}
 		}
 	}
 	process := func(q *Pod) {
 		n := q.node.Obj
-		for _, t := range p.affinity.preferred {
-			if t.matches(q.Obj) {
-				add(n, t, t.weight)
-			}
-		}
-		for _, t := range p.affinity.antiPreferred {
-			if t.matches(q.Obj) {
-				add(n, t, -t.weight)
-			}
-		}
+		add(n, p.affinity.preferred, q.Obj, 1)
+		add(n, p.affinity.antiPreferred, q.Obj, -1)
 		if c.mutation == NoExistingAffinityTerms {
 			return
 		}
 		if c.mutation != NoHardAffinityWeight {
-			for _, t := range q.affinity.required {
-				if t.matches(p.Obj) {
-					add(n, t, hardPodAffinityWeight)
-				}
-			}
+			add(n, q.affinity.required, p.Obj, 1)
 		}
-		for _, t := range q.affinity.preferred {
-			if t.matches(p.Obj) {
-				add(n, t, t.weight)
-			}
-		}
-		for _, t := range q.affinity.antiPreferred {
-			if t.matches(p.Obj) {
-				add(n, t, -t.weight)
-			}
-		}
+		add(n, q.affinity.preferred, p.Obj, 1)
+		add(n, q.affinity.antiPreferred, p.Obj, -1)
 	}
 	if own {
 		for _, n := range c.nodes {

@@ -47,7 +47,9 @@ type affinityTerm struct {
 	selector    labels.Selector
 	namespaces  sets.Set[string]
 	topologyKey string
-	weight      int64
+	// weight is a preferred term's weight; a required term's is
+	// hardPodAffinityWeight.
+	weight int64
 }
 
 // podAffinity are a pod's required and preferred affinity and
@@ -173,7 +175,9 @@ func readAffinity(p *corev1.Pod) (podAffinity, error) {
 			if ns.Len() == 0 {
 				ns.Insert(p.Namespace)
 			}
-			at := affinityTerm{selector: sel, namespaces: ns, topologyKey: t.TopologyKey}
+			// A required term weighs in InterPodAffinity's score as a
+			// bound pod's term, at hardPodAffinityWeight.
+			at := affinityTerm{selector: sel, namespaces: ns, topologyKey: t.TopologyKey, weight: hardPodAffinityWeight}
 			if weights != nil {
 				at.weight = int64(weights[i])
 			}

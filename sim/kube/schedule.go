@@ -61,14 +61,10 @@ func NumFeasibleNodesToFind(numAllNodes int) int {
 // worker, kube-scheduler filters nodes beyond that point at once and
 // moves the start by as many as it happened to finish.
 func (c *Cluster) Evaluate(ctx context.Context, p *Pod, prof Profile) (*Evaluation, error) {
-	if p.node != nil {
-		return nil, fmt.Errorf("cannot schedule pod %s: it is bound to %s", p.Obj.Name, p.node.Obj.Name)
-	}
-	cy, err := c.newCycle(ctx, p)
+	cy, e, err := c.begin(ctx, p)
 	if err != nil {
 		return nil, err
 	}
-	e := &Evaluation{Rejected: map[string]int{}, allocations: map[string]*nodeAllocation{}, mutation: c.mutation}
 	nodes := c.nodes
 	if c.mutation == InsertionOrder {
 		nodes = c.inserted
@@ -242,14 +238,10 @@ func (e *Evaluation) Allocation(node string) []resourceapi.AllocationResult {
 // placing pods where a test wants them. Every feasible node is among the
 // best.
 func (c *Cluster) EvaluateOn(ctx context.Context, p *Pod, nodes []string) (*Evaluation, error) {
-	if p.node != nil {
-		return nil, fmt.Errorf("cannot schedule pod %s: it is bound to %s", p.Obj.Name, p.node.Obj.Name)
-	}
-	cy, err := c.newCycle(ctx, p)
+	cy, e, err := c.begin(ctx, p)
 	if err != nil {
 		return nil, err
 	}
-	e := &Evaluation{Rejected: map[string]int{}, allocations: map[string]*nodeAllocation{}, mutation: c.mutation}
 	for _, name := range nodes {
 		n := c.byName[name]
 		if n == nil {
@@ -273,4 +265,16 @@ func (c *Cluster) EvaluateOn(ctx context.Context, p *Pod, nodes []string) (*Eval
 	}
 	e.Best = slices.Clone(e.Scored)
 	return e, nil
+}
+
+// begin starts a scheduling cycle for a pod that is not bound.
+func (c *Cluster) begin(ctx context.Context, p *Pod) (*cycle, *Evaluation, error) {
+	if p.node != nil {
+		return nil, nil, fmt.Errorf("cannot schedule pod %s: it is bound to %s", p.Obj.Name, p.node.Obj.Name)
+	}
+	cy, err := c.newCycle(ctx, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cy, &Evaluation{Rejected: map[string]int{}, allocations: map[string]*nodeAllocation{}, mutation: c.mutation}, nil
 }
