@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -114,6 +115,13 @@ func (n *Node) Generation() uint64 { return n.generation }
 
 type ownerKey struct{ kind, namespace, name string }
 
+// celCache compiles CEL selectors as the DynamicResources plugin builds
+// its cache: one per process, shared by every cluster (it is safe for
+// concurrent use), as kube-scheduler has one for all its cycles.
+var celCache = sync.OnceValue(func() *cel.Cache { //nolint:gochecknoglobals // One compiler and cache per process.
+	return cel.NewCache(1000, cel.Features{EnableConsumableCapacity: Features().ConsumableCapacity})
+})
+
 // NewCluster is an empty cluster with the DeviceClasses.
 func NewCluster(cls ...*resourceapi.DeviceClass) *Cluster {
 	c := &Cluster{
@@ -131,8 +139,7 @@ func NewCluster(cls ...*resourceapi.DeviceClass) *Cluster {
 		affinityPods: map[*Pod]bool{},
 		imageNodes:   map[string]int{},
 		imageSizes:   map[string]int64{},
-		// As the DynamicResources plugin builds its cache.
-		cel:     cel.NewCache(1000, cel.Features{EnableConsumableCapacity: Features().ConsumableCapacity}),
+		cel:     celCache(),
 		weights: Weights(),
 	}
 	for _, dc := range cls {
