@@ -29,9 +29,9 @@ import (
 // tolerations, its node selector, no cpu or memory requests (the agent
 // counts devices, not cpu or memory), and one claim of exactly the free
 // count of each pool device. A refusal is an over-report. And for each
-// pool device, the probe of one more than the free count (up to the
-// node's devices): an acceptance is an under-report, devices the
-// framework would use that the report does not show.
+// pool device, the probe of one more than the free count (where the node
+// has more): an acceptance is an under-report, devices the framework
+// would use that the report does not show.
 
 // agentTally is what the agent check found.
 type agentTally struct {
@@ -41,10 +41,11 @@ type agentTally struct {
 	// that refused.
 	probed, agreed int
 	over           map[string]int
-	// underNodes are the nodes where the framework took more of some
-	// device than reported; underDevices how many more, over all nodes
-	// and devices; checked the (node, device) pairs probed for more.
-	underNodes, underDevices, checked int
+	// underNodes are the nodes where the framework took one more of some
+	// device than reported; underDevices the (node, device) pairs where
+	// it did, of the checked pairs probed for one more; timedOut those
+	// where its allocator gave up (its filter timeout).
+	underNodes, underDevices, checked, timedOut int
 	// underBy counts the under-reported nodes by family.
 	underBy                 map[string]int
 	examples, underExamples []string
@@ -159,15 +160,15 @@ func (t *agentTally) state(ctx context.Context, i int, st *state) error {
 					continue
 				}
 				t.checked++
-				for more := free[d.Name] + 1; more <= *d.Count; more++ {
-					probes++
-					why, err := r.probe(ctx, fmt.Sprintf("probe-%d", probes), pool, n.Name, map[string]int64{d.Name: more})
-					if err != nil {
-						return err
-					}
-					if why != "" {
-						break
-					}
+				probes++
+				more := free[d.Name] + 1
+				why, err := r.probe(ctx, fmt.Sprintf("probe-%d", probes), pool, n.Name, map[string]int64{d.Name: more})
+				switch {
+				case err != nil:
+					return err
+				case why == timedOut:
+					t.timedOut++
+				case why == "":
 					t.underDevices++
 					if !under && len(t.underExamples) < 5 {
 						t.underExamples = append(t.underExamples, fmt.Sprintf("state %d (%s), pool %s, node %s: %d %s reported free, kube-scheduler fits %d", i, st.family, pool.Name, n.Name, free[d.Name], d.Name, more))
@@ -216,9 +217,9 @@ func (r *kubeRun) probe(ctx context.Context, name string, pool agent.Pool, node 
 
 func (t *agentTally) render(b *strings.Builder) {
 	b.WriteString("\n## The agent against kube-scheduler\n\n")
-	b.WriteString("For each state, each pool's nodes are counted by the cluster agent (agent.PoolReport on a view of one node and every slice, patched with the DeviceTaintRules by kube-scheduler's own tracker, and claim of the state), and kube-scheduler's PreFilter and Filter (every default filter, DynamicResources included) are asked, on each node the report shows, about the probe pod of the node's shape (the pool's node selector and tolerations, no cpu or memory requests, one claim of exactly the free count of each pool device): a refusal is an over-report. Then, device by device, about one more than the free count, up to the node's devices: an acceptance is an under-report.\n\n")
-	b.WriteString("| States | Pools | Nodes in the reports | Left out | Nodes with devices free | kube-scheduler fits the shape | Refused (over-reported), by plugin | Node and device pairs probed for more | Nodes under-reported | Devices under-reported |\n")
-	b.WriteString("|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n")
+	b.WriteString("For each state, each pool's nodes are counted by the cluster agent (agent.PoolReport on a view of one node and every slice, patched with the DeviceTaintRules by kube-scheduler's own tracker, and claim of the state), and kube-scheduler's PreFilter and Filter (every default filter, DynamicResources included) are asked, on each node the report shows, about the probe pod of the node's shape (the pool's node selector and tolerations, no cpu or memory requests, one claim of exactly the free count of each pool device): a refusal is an over-report. Then, device by device, about one more than the free count where the node has more devices: an acceptance is an under-report.\n\n")
+	b.WriteString("| States | Pools | Nodes in the reports | Left out | Nodes with devices free | kube-scheduler fits the shape | Refused (over-reported), by plugin | Node and device pairs probed for one more | One more fits (under-reported) | Nodes under-reported | Allocator timed out |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
 	var over []string
 	for _, cause := range slices.Sorted(maps.Keys(t.over)) {
 		over = append(over, fmt.Sprintf("%s %d", cause, t.over[cause]))
@@ -227,8 +228,8 @@ func (t *agentTally) render(b *strings.Builder) {
 	if len(over) > 0 {
 		overText = strings.Join(over, ", ")
 	}
-	fmt.Fprintf(b, "| %d | %d | %d | %d | %d | %d (%s) | %s | %d | %d (%s) | %d |\n", t.states, t.pools, t.nodes, t.leftOut, t.probed, t.agreed, pct(t.agreed, t.probed), overText,
-		t.checked, t.underNodes, pct(t.underNodes, t.nodes), t.underDevices)
+	fmt.Fprintf(b, "| %d | %d | %d | %d | %d | %d (%s) | %s | %d | %d (%s) | %d (%s) | %d |\n", t.states, t.pools, t.nodes, t.leftOut, t.probed, t.agreed, pct(t.agreed, t.probed), overText,
+		t.checked, t.underDevices, pct(t.underDevices, t.checked), t.underNodes, pct(t.underNodes, t.nodes), t.timedOut)
 	b.WriteString("\nA refusal by DynamicResources is an over-report of devices, and fails -strict. A refusal by NodeResourcesFit's \"Too many pods\" is a node whose pods are at its allocatable pods: the agent's view (agent.View) holds no pods, so it cannot leave such a node out; a pod sent there stays Pending until one leaves.\n")
 	if len(t.examples) > 0 {
 		b.WriteString("\nThe first refusals:\n\n")

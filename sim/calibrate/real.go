@@ -408,6 +408,10 @@ func (r *kubeRun) devices(ctx context.Context, p *corev1.Pod) ([]string, error) 
 	return out, nil
 }
 
+// timedOut is filter's answer for a node where the DynamicResources
+// filter gave up.
+const timedOut = "DynamicResources: timed out trying to allocate devices"
+
 // scoreSink is a logr sink that reads the scores kube-scheduler's
 // prioritizeNodes logs at verbosity 10 ("Plugin scored node for pod",
 // "Calculated node's final score for pod"): each plugin's weighted score
@@ -550,6 +554,10 @@ func (r *kubeRun) filter(ctx context.Context, pod *corev1.Pod, claims []*resourc
 		switch {
 		case st.IsSuccess():
 			out[name] = ""
+		case st.Code() == fwk.Error && strings.Contains(st.Message(), "timed out trying to allocate devices"):
+			// Its DynamicResources filter gives up after its filter
+			// timeout, as it would on a cluster: no answer.
+			out[name] = timedOut
 		case st.Code() == fwk.Error:
 			return nil, fmt.Errorf("filter on %s: %w", name, st.AsError())
 		default:
