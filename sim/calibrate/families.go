@@ -195,6 +195,7 @@ func featureList() []feature {
 			a := in.pod.Spec.Affinity
 			return a != nil && a.PodAffinity != nil && len(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0
 		})},
+		{"required pod affinity no bound pod meets, the pod its own", firstOfGroup},
 		{"preferred node affinity", anyIncoming(func(in incoming) bool {
 			a := in.pod.Spec.Affinity
 			return a != nil && a.NodeAffinity != nil && len(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) > 0
@@ -241,6 +242,32 @@ func asymmetricIn(st *state) bool {
 					return true
 				}
 			}
+		}
+	}
+	return false
+}
+
+// firstOfGroup reports whether a pod to schedule has required pod affinity
+// that it meets itself and no bound pod does: kube-scheduler lets the first
+// of such a group land on any node with the terms' topology keys.
+func firstOfGroup(st *state) bool {
+	for _, in := range st.incoming {
+		a := in.pod.Spec.Affinity
+		if a == nil || a.PodAffinity == nil || len(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution) == 0 {
+			continue
+		}
+		terms := a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+		matches := func(p *corev1.Pod) bool {
+			for _, t := range terms {
+				sel, err := metav1.LabelSelectorAsSelector(t.LabelSelector)
+				if err != nil || p.Namespace != in.pod.Namespace || !sel.Matches(labels.Set(p.Labels)) {
+					return false
+				}
+			}
+			return true
+		}
+		if matches(in.pod) && !slices.ContainsFunc(st.pods, matches) {
+			return true
 		}
 	}
 	return false

@@ -594,8 +594,18 @@ func (s *sampler) affinityTerms(pod *corev1.Pod, incoming bool) {
 	if fam.has(podAffinity) && rng.IntN(2) == 0 {
 		a := s.affinity(pod)
 		a.PodAffinity = &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{term()}}
-		if rng.IntN(3) == 0 {
-			// Affinity to its own kind: the first of them lands anywhere.
+		switch {
+		case incoming && rng.IntN(2) == 0:
+			// A cohort no bound pod belongs to: its first pod has no pod
+			// to follow and lands on any node (every node has a
+			// hostname), the rest follow it.
+			pod.Labels["cohort"] = "new"
+			a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution = []corev1.PodAffinityTerm{{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"cohort": "new"}}, TopologyKey: corev1.LabelHostname,
+			}}
+		case rng.IntN(3) == 0:
+			// Affinity to its own kind, which bound pods may already
+			// be.
 			pod.Labels["tier"] = "serving"
 			a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution = []corev1.PodAffinityTerm{{
 				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "serving"}}, TopologyKey: corev1.LabelTopologyZone,
