@@ -139,8 +139,8 @@ func NewCluster(cls ...*resourceapi.DeviceClass) *Cluster {
 		affinityPods: map[*Pod]bool{},
 		imageNodes:   map[string]int{},
 		imageSizes:   map[string]int64{},
-		cel:     celCache(),
-		weights: Weights(),
+		cel:          celCache(),
+		weights:      Weights(),
 	}
 	for _, dc := range cls {
 		c.classes[dc.Name] = dc
