@@ -21,6 +21,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
@@ -43,7 +44,7 @@ func assumeXR(name string) *v1alpha1.ModelDeployment {
 // assumingFunction is a server that keeps assumed placements, its clock
 // at now.
 func assumingFunction() *Function {
-	return &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, assumed: assume.New(assume.DefaultTTL)}
+	return &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, planner: plan.Planner{Ledger: assume.New(assume.DefaultTTL)}}
 }
 
 // composed are the keys of the ModelReplicas a response composes.
@@ -167,14 +168,14 @@ func TestAssumedPlacementsUnderConcurrentCalls(t *testing.T) {
 	srv := grpc.NewServer(grpc.ForceServerCodecV2(requests))
 	f := assumingFunction()
 	f.fleet = fleet.NewReader()
-	f.selectors = scheduling.NewSelectors()
+	f.planner.Selectors = scheduling.NewSelectors()
 	fnv1.RegisterFunctionRunnerServiceServer(srv, requests.Server(f))
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()
 	client := fnv1.NewFunctionRunnerServiceClient(dialBufconn(t, lis))
 
 	for round := range 5 {
-		f.assumed = assume.New(assume.DefaultTTL)
+		f.planner.Ledger = assume.New(assume.DefaultTTL)
 		var mu sync.Mutex
 		total := 0
 		var wg sync.WaitGroup

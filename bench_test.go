@@ -24,11 +24,13 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
 	"github.com/modelplaneai/fleet-scheduler/internal/assume"
 	"github.com/modelplaneai/fleet-scheduler/internal/benchfleet"
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 	"github.com/modelplaneai/fleet-scheduler/sim"
 )
@@ -81,7 +83,11 @@ func composedReplicas(rsp *fnv1.RunFunctionResponse) int {
 // request codec, RunFunction, and the response encoded. With cache=warm the
 // same server serves every call, as in production, where between two calls
 // nearly every replica is unchanged and its replica cache holds it; with
-// cache=cold every call is a server's first. Run it on one core:
+// cache=cold every call is a server's first. The rows with request=full
+// and request=narrow serve one fleet, of which a share of replicas is not
+// counted by the reports, asked for whole or narrowly
+// (docs/spec.md#narrow-requests), by a warm server that may narrow. Run it
+// on one core:
 //
 //	go test -run '^$' -bench BenchmarkRunFunction -benchmem -cpu 1 -count 6 .
 func BenchmarkRunFunction(b *testing.B) {
@@ -96,60 +102,98 @@ func BenchmarkRunFunction(b *testing.B) {
 			if warm {
 				name = fmt.Sprintf("replicas=%d/cache=warm", n)
 			}
-			b.Run(name, func(b *testing.B) {
-				wire, err := request()
-				if err != nil {
-					b.Fatal(err)
-				}
-				frames := inFrames(wire)
-				f := newBenchServer()
-				serve := func() (*fnv1.RunFunctionResponse, error) {
-					if !warm {
-						f = newBenchServer()
-					}
-					return f.serve(frames)
-				}
-				rsp, err := serve()
-				if err != nil {
-					b.Fatal(err)
-				}
-				if got := composedReplicas(rsp); got != benchNewReplicas {
-					b.Fatalf("placed %d replicas, want %d", got, benchNewReplicas)
-				}
-				// The peak counts the call's copy of the request, which the
-				// codec's pool then keeps.
-				f.codec.Drain()
-				heap := peakHeap(func() { _, _ = serve() })
-				// What a server keeps between calls: its caches, and the
-				// pool's copy of the last request.
-				f.codec.Drain()
-				kept := liveHeap(func() any {
-					s := newBenchServer()
-					_, _ = s.serve(frames)
-					return s
-				})
-				// The pool's copy is idle again for the calls timed, as on a
-				// server between two calls.
-				if _, err := serve(); err != nil {
-					b.Fatal(err)
-				}
-				cpu := cpuTime()
-				b.ResetTimer()
-				for b.Loop() {
-					if _, err := serve(); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.StopTimer()
-				b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
-				b.ReportMetric(float64(heap), "peak-heap-B")
-				b.ReportMetric(float64(kept), "kept-heap-B")
-				b.ReportMetric(float64(f.codec.IdleBytes()), "idle-copies-B")
-				b.ReportMetric(float64(len(wire)), "req-bytes")
-				b.ReportMetric(float64(len(wire))/float64(n), "req-bytes/replica")
-			})
+			b.Run(name, func(b *testing.B) { benchServe(b, request, n, warm, false) })
 		}
 	}
+	for _, n := range []int{10_000, 50_000, 100_000} {
+		for _, every := range []int{100, 200} {
+			xr := benchDeployment()
+			xr.Metadata.UID = "uid-bench"
+			fleet := sync.OnceValues(func() ([]*v1alpha1.InferenceCluster, []*v1alpha1.ModelReplica) {
+				return benchfleet.FleetOf(n, benchNow, every)
+			})
+			for _, narrow := range []bool{false, true} {
+				request := sync.OnceValues(func() ([]byte, error) {
+					clusters, replicas := fleet()
+					if narrow {
+						return proto.Marshal(benchfleet.NarrowRequest(xr, clusters, replicas, nil))
+					}
+					return proto.Marshal(fleetRequest(xr, clusters, replicas, nil))
+				})
+				name := fmt.Sprintf("replicas=%d/uncounted=%.1f%%/request=full", n, 100/float64(every))
+				if narrow {
+					name = fmt.Sprintf("replicas=%d/uncounted=%.1f%%/request=narrow", n, 100/float64(every))
+				}
+				b.Run(name, func(b *testing.B) { benchServe(b, request, n, true, narrow) })
+			}
+		}
+	}
+}
+
+// benchServe is one row of BenchmarkRunFunction: n replicas, a warm or a
+// cold server, a whole fleet or a narrow one.
+func benchServe(b *testing.B, request func() ([]byte, error), n int, warm, narrow bool) {
+	b.Helper()
+	wire, err := request()
+	if err != nil {
+		b.Fatal(err)
+	}
+	frames := inFrames(wire)
+	newServer := func() *benchServer {
+		s := newBenchServer()
+		if narrow {
+			// A server that read the labelled fleet whole a minute ago.
+			s.fn.narrowing = plan.NewNarrowing(plan.DefaultFullEvery)
+			s.fn.narrowing.ReadWhole("uid-bench", 0, 0, benchNow.Add(-time.Minute))
+			s.fn.narrowing.Answered("uid-bench", nil)
+		}
+		return s
+	}
+	f := newServer()
+	serve := func() (*fnv1.RunFunctionResponse, error) {
+		if !warm {
+			f = newServer()
+		}
+		return f.serve(frames)
+	}
+	rsp, err := serve()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if got := composedReplicas(rsp); got != benchNewReplicas {
+		b.Fatalf("placed %d replicas, want %d (it asks for %v)", got, benchNewReplicas, askedFor(rsp))
+	}
+	// The peak counts the call's copy of the request, which the codec's
+	// pool then keeps.
+	f.codec.Drain()
+	heap := peakHeap(func() { _, _ = serve() })
+	// What a server keeps between calls: its caches, and the pool's copy
+	// of the last request.
+	f.codec.Drain()
+	kept := liveHeap(func() any {
+		s := newServer()
+		_, _ = s.serve(frames)
+		return s
+	})
+	// The pool's copy is idle again for the calls timed, as on a server
+	// between two calls.
+	if _, err := serve(); err != nil {
+		b.Fatal(err)
+	}
+	cpu := cpuTime()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := serve(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(heap), "peak-heap-B")
+	b.ReportMetric(float64(kept), "kept-heap-B")
+	b.ReportMetric(float64(f.codec.IdleBytes()), "idle-copies-B")
+	b.ReportMetric(float64(len(wire)), "req-bytes")
+	b.ReportMetric(float64(len(wire))/float64(n), "req-bytes/replica")
 }
 
 // inFrames are a message's bytes as gRPC hands them to a codec: in the
@@ -172,8 +216,8 @@ type benchServer struct {
 
 func newBenchServer() *benchServer {
 	return &benchServer{
-		fn:    &Function{now: func() time.Time { return benchNow }, fleet: fleet.NewReader(), selectors: scheduling.NewSelectors()},
-		codec: codec.New(requiredClusters, requiredReplicas),
+		fn:    &Function{now: func() time.Time { return benchNow }, fleet: fleet.NewReader(), planner: plan.Planner{Selectors: scheduling.NewSelectors()}},
+		codec: codec.New(requiredClusters, requiredReplicas, requiredOwnReplicas, requiredUncountedReplicas),
 	}
 }
 
@@ -385,16 +429,13 @@ func TestRequestBytesPerReplica(t *testing.T) {
 // RunFunction: the simulated fleet goes in as a RunFunctionRequest, the
 // desired ModelReplicas come back out of the response.
 type runFunctionReconciler struct {
-	binding scheduling.Binding
-	maxAge  time.Duration
+	input v1beta1.Input
 }
 
 func (r runFunctionReconciler) Reconcile(d *v1alpha1.ModelDeployment, clusters []*v1alpha1.InferenceCluster, replicas []*v1alpha1.ModelReplica, now time.Time) ([]*v1alpha1.ModelReplica, error) {
-	input := mustStruct(map[string]any{
-		"apiVersion": "scheduler.fn.modelplane.ai/v1beta1", "kind": "Input",
-		"assumedBinding": string(r.binding), "observationMaxAge": r.maxAge.String(),
-	})
-	rsp, err := runOnce(fleetRequest(d, clusters, replicas, input), now)
+	in := r.input
+	in.APIVersion, in.Kind = "scheduler.fn.modelplane.ai/v1beta1", "Input"
+	rsp, err := runOnce(fleetRequest(d, clusters, replicas, mustStruct(in)), now)
 	if err != nil {
 		return nil, err
 	}
@@ -445,11 +486,14 @@ func TestFleetSimThroughRunFunction(t *testing.T) {
 		b, m := run.binder, run.mode
 		t.Run(string(b)+"/"+m.Name, func(t *testing.T) {
 			t.Parallel()
-			want, err := sim.Run(sc.Config(m, b, sim.Direct{Binding: sim.AssumedBinding(b), MaxAge: 2 * time.Minute}))
+			// One input, read by one planner on both paths.
+			in := sim.Input(sim.AssumedBinding(b))
+			in.ObservationMaxAge = new("2m")
+			want, err := sim.Run(sc.Config(m, b, sim.Direct{Input: in}))
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := sim.Run(sc.Config(m, b, runFunctionReconciler{binding: sim.AssumedBinding(b), maxAge: 2 * time.Minute}))
+			got, err := sim.Run(sc.Config(m, b, runFunctionReconciler{input: in}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -489,7 +533,7 @@ func BenchmarkConcurrentCalls(b *testing.B) {
 		b.Run(fmt.Sprintf("ledger=%t", ledger), func(b *testing.B) {
 			s := newBenchServer()
 			if ledger {
-				s.fn.assumed = assume.New(assume.DefaultTTL)
+				s.fn.planner.Ledger = assume.New(assume.DefaultTTL)
 			}
 			// Warm the caches once, as a running server's are.
 			for _, f := range frames {
@@ -510,7 +554,7 @@ func BenchmarkConcurrentCalls(b *testing.B) {
 			})
 			b.StopTimer()
 			if ledger {
-				b.ReportMetric(float64(s.fn.assumed.Len()), "assumed")
+				b.ReportMetric(float64(s.fn.planner.Ledger.Len()), "assumed")
 			}
 		})
 	}

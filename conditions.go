@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -93,44 +96,72 @@ func warn(rsp *fnv1.RunFunctionResponse, warnings []string) {
 // response larger than Crossplane accepts.
 const maxWarnings = 100
 
-// setPlanConditions sets ReplicasScheduled and ReplicasReady, and emits the
-// Normal event the first time replicas are placed.
-func setPlanConditions(rsp *fnv1.RunFunctionResponse, plan *scheduling.Plan, composed []composedReplica, clusters int) {
+// composedReplica is what a response composes of one replica.
+type composedReplica struct {
+	cluster string
+	// observed is whether the replica was composed before, and is observed.
+	observed, ready bool
+}
+
+// countReady is how many of the composed replicas are Ready.
+func countReady(composed []composedReplica) int {
+	n := 0
+	for _, c := range composed {
+		if c.ready {
+			n++
+		}
+	}
+	return n
+}
+
+// invalidSelectorMessage says which selector does not compile.
+func invalidSelectorMessage(invalid *scheduling.InvalidSelectorError) string {
+	return "Invalid nodeSelector CEL expression: " + invalid.Error()
+}
+
+// setScheduledCondition sets ReplicasScheduled from the outcome and what
+// was composed of it, and emits the Normal event the first time replicas
+// are placed.
+func setScheduledCondition(rsp *fnv1.RunFunctionResponse, o plan.Outcome, composed []composedReplica, clusters int) {
+	switch o.Kind {
+	case plan.NoClusters:
+		response.ConditionFalse(rsp, condReplicasScheduled, reasonNoClusters)
+		return
+	case plan.InvalidSelector:
+		response.ConditionFalse(rsp, condReplicasScheduled, reasonInvalidNodeSelector).WithMessage(invalidSelectorMessage(o.Invalid))
+		return
+	case plan.Placed:
+	}
+	p := o.Plan
 	anyObserved := false
 	names := map[string]bool{}
 	for _, c := range composed {
 		names[c.cluster] = true
 		anyObserved = anyObserved || c.observed
 	}
-	total, ready := len(composed), countReady(composed)
+	total := len(composed)
 	short := ""
-	if plan.Shortfall != nil {
-		short = plan.Shortfall.String()
+	if p.Shortfall != nil {
+		short = p.Shortfall.String()
 	}
-	if w := plan.Waiting; w.Replicas > 0 {
+	if w := p.Waiting; w.Replicas > 0 {
 		short = join(fmt.Sprintf("%d %s for %s pods, the longest %s", w.Replicas, plural(w.Replicas, "replica waits", "replicas wait"), plural(w.Replicas, "its", "their"), w.Longest.Round(time.Second)), short)
 	}
 
 	switch {
 	case total == 0:
-		msg := fmt.Sprintf("0 of %d replicas scheduled (checked %d clusters)", plan.Wanted, clusters)
+		msg := fmt.Sprintf("0 of %d replicas scheduled (checked %d clusters)", p.Wanted, clusters)
 		response.ConditionFalse(rsp, condReplicasScheduled, reasonInsufficientCapacity).WithMessage(join(msg, short))
 	case anyObserved:
-		msg := fmt.Sprintf("Scheduled %d of %d replicas", total, plan.Wanted)
+		msg := fmt.Sprintf("Scheduled %d of %d replicas", total, p.Wanted)
 		response.ConditionTrue(rsp, condReplicasScheduled, reasonReplicasCreated).WithMessage(join(msg, short))
 	default:
 		c := response.ConditionFalse(rsp, condReplicasScheduled, reasonScheduling)
 		if short != "" {
-			c.WithMessage(join(fmt.Sprintf("Scheduled %d of %d replicas", total, plan.Wanted), short))
+			c.WithMessage(join(fmt.Sprintf("Scheduled %d of %d replicas", total, p.Wanted), short))
 		}
-		clusterNames := make([]string, 0, len(names))
-		for n := range names {
-			clusterNames = append(clusterNames, n)
-		}
-		sort.Strings(clusterNames)
-		response.Normalf(rsp, "Scheduled %d replicas across %d clusters: %s", total, len(clusterNames), strings.Join(clusterNames, ", "))
+		response.Normalf(rsp, "Scheduled %d replicas across %d clusters: %s", total, len(names), strings.Join(slices.Sorted(maps.Keys(names)), ", "))
 	}
-	setReadyCondition(rsp, total, ready)
 }
 
 // setReadyCondition sets ReplicasReady from how many replicas are composed

@@ -34,6 +34,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
@@ -50,6 +51,9 @@ type fleetGen struct {
 	cache    string // "", "found", "missing", "unresolved"
 	now      time.Time
 	rv       int
+	// usable makes every pool's report present, valid and at most 200s
+	// old: the fleets a call may read narrowly.
+	usable bool
 }
 
 func (g *fleetGen) n(k int) int       { return g.rng.IntN(k) }
@@ -180,11 +184,18 @@ func (g *fleetGen) pool(name string) v1alpha1.GPUPool {
 	if devs[0].Count != nil {
 		perNode = *devs[0].Count
 	}
-	switch r := g.rng.Float64(); {
+	r := g.rng.Float64()
+	if g.usable {
+		r = 0.5
+	}
+	switch {
 	case r < 0.3: // missing
 	case r < 0.75: // usable or stale
 		age := time.Duration(g.n(400)) * time.Second
-		if g.p(0.1) {
+		if g.usable {
+			age = time.Duration(g.n(200)) * time.Second
+		}
+		if g.p(0.1) && !g.usable {
 			age = -time.Duration(g.n(700)) * time.Second
 		}
 		observed := int64(g.n(int(nodes) + 2))
@@ -192,7 +203,12 @@ func (g *fleetGen) pool(name string) v1alpha1.GPUPool {
 		left := observed
 		for left > 0 && g.p(0.8) {
 			k := int64(1 + g.n(int(left)))
-			buckets = append(buckets, fx.NodesFree(k, devs[0].Name, int64(g.n(int(perNode)+1))))
+			b := fx.NodesFree(k, devs[0].Name, int64(g.n(int(perNode)+1)))
+			if g.usable && !devs[0].IsDRA() {
+				// A valid report lists only devices claimed through DRA.
+				b = fx.Bucket{Nodes: k, Free: []fx.Free{}}
+			}
+			buckets = append(buckets, b)
 			left -= k
 		}
 		w = w.Observed(g.now.Add(-age), observed, buckets...)
@@ -397,6 +413,12 @@ func (g *fleetGen) evolve() {
 		spec := g.xr["spec"].(map[string]any)
 		spec["replicas"] = float64(g.n(7))
 	}
+	if g.usable {
+		// The agents republish as the clock moves: every report stays fresh.
+		for i, c := range g.clusters {
+			g.clusters[i] = g.cluster(c["metadata"].(map[string]any)["name"].(string))
+		}
+	}
 	if len(g.clusters) > 0 && g.p(0.4) {
 		i := g.n(len(g.clusters))
 		name := g.clusters[i]["metadata"].(map[string]any)["name"].(string)
@@ -467,7 +489,7 @@ func TestFirstCallAnswersAsWarm(t *testing.T) {
 	}
 	g := &fleetGen{rng: rand.New(rand.NewPCG(42, 7))}
 	var clock time.Time
-	warm := &Function{log: logging.NewNopLogger(), now: func() time.Time { return clock }, fleet: fleet.NewReader(), selectors: scheduling.NewSelectors()}
+	warm := &Function{log: logging.NewNopLogger(), now: func() time.Time { return clock }, fleet: fleet.NewReader(), planner: plan.Planner{Selectors: scheduling.NewSelectors()}}
 	for i := range n {
 		if i%4 == 0 {
 			g.newEpisode()

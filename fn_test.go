@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
@@ -87,7 +89,7 @@ func result(sev fnv1.Severity, msg string) *fnv1.Result {
 // finds the selectors the first compiled.
 func run(t *testing.T, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
 	t.Helper()
-	f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, selectors: scheduling.NewSelectors()}
+	f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, planner: plan.Planner{Selectors: scheduling.NewSelectors()}}
 	viaCodec := serve(t, f, req)
 	rsp, err := f.RunFunction(context.Background(), req)
 	if err != nil {
@@ -127,6 +129,7 @@ func TestRunFunctionCompose(t *testing.T) {
 			"labels": map[string]any{
 				"team": "platform", "region": "eu",
 				v1alpha1.LabelDeployment: "qwen3-8b", v1alpha1.LabelCluster: "a", v1alpha1.LabelReplicaIndex: "0",
+				v1alpha1.LabelCounted: "false",
 			},
 		},
 		"spec": map[string]any{
@@ -180,9 +183,13 @@ func TestRunFunctionCompose(t *testing.T) {
 	req.RequiredResources[requiredReplicas] = resources(t, replicaFrom(t, rsp, "replica-a-0"), replicaFrom(t, rsp, "replica-b-0"))
 	rsp = run(t, req)
 	name := "qwen3-8b-03a63"
+	// The replica's name and labels, but for the label that says whether a
+	// report counts it: only replicas carry that.
+	endpointLabels := maps.Clone(wantReplica["metadata"].(map[string]any)["labels"].(map[string]any))
+	delete(endpointLabels, v1alpha1.LabelCounted)
 	wantEndpoint, _ := structpb.NewStruct(map[string]any{
 		"apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelEndpoint",
-		"metadata": wantReplica["metadata"],
+		"metadata": map[string]any{"name": name, "namespace": fx.Namespace, "labels": endpointLabels},
 		"spec": map[string]any{
 			"url":         "http://gw.a.example.com/" + fx.Namespace + "/" + name + "/v1",
 			"rewritePath": "/" + fx.Namespace + "/" + name + "/",
@@ -237,9 +244,13 @@ func TestRunFunctionInvalidSelectorKeepsReplicas(t *testing.T) {
 	req.Observed.Resources = map[string]*fnv1.Resource{"replica-a-0": {Resource: observed}}
 
 	rsp := run(t, req)
-	want := toStruct(t, fx.Replica("m", "a", 0).Obj())
+	// As it was, status aside, and labelled not counted: its label was not
+	// recomputed.
+	kept := fx.Replica("m", "a", 0).Obj()
+	kept.Metadata.Labels[v1alpha1.LabelCounted] = "false"
+	want := toStruct(t, kept)
 	if diff := cmp.Diff(want, rsp.GetDesired().GetResources()["replica-a-0"].GetResource(), protocmp.Transform()); diff != "" {
-		t.Errorf("the observed replica stays desired as it was, status aside: -want, +got:\n%s", diff)
+		t.Errorf("the observed replica stays desired as it was, status aside, labelled not counted: -want, +got:\n%s", diff)
 	}
 	wantStatus, _ := structpb.NewValue(map[string]any{"replicas": map[string]any{"total": 1.0, "ready": 0.0}})
 	if diff := cmp.Diff(wantStatus, rsp.GetDesired().GetComposite().GetResource().GetFields()["status"], protocmp.Transform()); diff != "" {
@@ -303,7 +314,7 @@ func replicaObject(deployment, name string, cluster, engines, conditions any) ma
 }
 
 // TestRunFunctionUnreadableObjects: an InferenceCluster or a ModelReplica
-// that does not read never stops the rest of the fleet (CONTRACT 4.4). It
+// that does not read never stops the rest of the fleet (docs/spec.md#bad-input). It
 // is warned of by name and field; the deployment's own replica, or one on a
 // cluster that does not read, stays desired exactly as observed; another
 // deployment's is charged conservatively; only the XR and the input are
@@ -479,7 +490,7 @@ func TestRunFunctionUnreadableObjects(t *testing.T) {
 				if !compose.IsReplicaKey(key) {
 					continue
 				}
-				if obs, ok := tc.observed[key]; ok && proto.Equal(d.GetResource(), compose.DesiredFromObserved(obs.GetResource())) {
+				if obs, ok := tc.observed[key]; ok && proto.Equal(d.GetResource(), compose.ReplicaFromObserved(obs.GetResource())) {
 					kept = append(kept, key)
 					continue
 				}
@@ -560,7 +571,7 @@ func TestRunFunctionResponseBudget(t *testing.T) {
 		"OverTheLimit": {
 			reason:   "Eight replicas of 600 KB of labels each are over 4 MiB: Fatal at the seventh, and nothing desired.",
 			replicas: 8,
-			fatal:    "cannot compose replica-a-6: the response would be over the 4 MiB Crossplane accepts from a function (4205341 bytes composed so far)",
+			fatal:    "cannot compose replica-a-6: the response would be over the 4 MiB Crossplane accepts from a function (4205670 bytes composed so far)",
 		},
 		"UnderTheLimit": {
 			reason:   "Six are under it, and composed.",

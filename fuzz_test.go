@@ -25,6 +25,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
@@ -66,7 +67,7 @@ func FuzzRunFunction(f *testing.F) {
 			}
 			return
 		}
-		fn := &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, fleet: fleet.NewReader(), selectors: scheduling.NewSelectors()}
+		fn := &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, fleet: fleet.NewReader(), planner: plan.Planner{Selectors: scheduling.NewSelectors()}}
 		rsp, err := requests.Server(fn).RunFunction(context.Background(), served)
 		if err != nil {
 			t.Fatalf("RunFunction(...): an error, with its caller still waiting: %v", err)

@@ -28,6 +28,8 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+	"github.com/modelplaneai/fleet-scheduler/internal/plan"
+	"github.com/modelplaneai/fleet-scheduler/internal/server"
 	"github.com/modelplaneai/fleet-scheduler/internal/wire/wiretest"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -36,12 +38,12 @@ import (
 // in-process connection.
 func hostileServer(t *testing.T) *grpc.ClientConn {
 	t.Helper()
-	so, err := serveOptions(function.Insecure(true), function.MaxRecvMessageSize(defaultMaxRecvMessageSizeMB<<20), function.WithMetricsServer(""))
+	so, err := server.Options(function.Insecure(true), function.MaxRecvMessageSize(defaultMaxRecvMessageSizeMB<<20), function.WithMetricsServer(""))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fn := &Function{log: logging.NewNopLogger(), now: func() time.Time { return benchNow }, fleet: fleet.NewReader(), selectors: scheduling.NewSelectors()}
-	srv := newServer(so, codec.New(requiredClusters, requiredReplicas), fn, defaultMaxConcurrentStreams)
+	fn := &Function{log: logging.NewNopLogger(), now: func() time.Time { return benchNow }, fleet: fleet.NewReader(), planner: plan.Planner{Selectors: scheduling.NewSelectors()}}
+	srv := server.New(so, codec.New(requiredClusters, requiredReplicas), fn, defaultMaxConcurrentStreams)
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
@@ -30,7 +31,7 @@ func TestServedOverGRPC(t *testing.T) {
 	lis := bufconn.Listen(1 << 20)
 	requests := codec.New(requiredClusters, requiredReplicas)
 	srv := grpc.NewServer(grpc.ForceServerCodecV2(requests), grpc.MaxRecvMsgSize(64<<20))
-	served := &Function{log: logging.NewNopLogger(), now: func() time.Time { return benchNow }, fleet: fleet.NewReader(), selectors: scheduling.NewSelectors()}
+	served := &Function{log: logging.NewNopLogger(), now: func() time.Time { return benchNow }, fleet: fleet.NewReader(), planner: plan.Planner{Selectors: scheduling.NewSelectors()}}
 	fnv1.RegisterFunctionRunnerServiceServer(srv, requests.Server(served))
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -16,65 +15,35 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
-	"github.com/modelplaneai/fleet-scheduler/scheduling"
+	"github.com/modelplaneai/fleet-scheduler/internal/codec"
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 )
 
-// options is the validated function input.
-type options struct {
-	maxAge       time.Duration
-	binding      scheduling.Binding
-	replaceAfter time.Duration
-}
+// Names of the required resources; a Composition's render fixtures use
+// them (docs/spec.md#required-resources).
+const (
+	requiredClusters = "clusters"
+	requiredReplicas = "all-replicas"
+	requiredCache    = "cache"
 
-// readInput reads and validates the optional Input. Errors name the field.
-func readInput(req *fnv1.RunFunctionRequest) (options, error) {
-	opts := options{binding: scheduling.Binding(v1beta1.DefaultAssumedBinding)}
-	maxAge, _ := time.ParseDuration(v1beta1.DefaultObservationMaxAge)
-	opts.maxAge = maxAge
-	replaceAfter, _ := time.ParseDuration(v1beta1.DefaultReplaceUnscheduledAfter)
-	opts.replaceAfter = replaceAfter
+	// A narrow call's replicas: the deployment's own, and every one no
+	// report counts (docs/spec.md#narrow-requests).
+	requiredOwnReplicas       = "own-replicas"
+	requiredUncountedReplicas = "uncounted-replicas"
+)
+
+// readInput reads the optional function input, every default applied.
+// Errors name the field.
+func readInput(req *fnv1.RunFunctionRequest) (plan.Settings, error) {
 	if req.GetInput() == nil {
-		return opts, nil
+		return plan.Defaults(), nil
 	}
 	in, err := decodeStruct[v1beta1.Input](req.GetInput(), "Function input")
 	if err != nil {
-		return opts, err
+		return plan.Defaults(), err
 	}
-	var errs field.ErrorList
-	if in.ObservationMaxAge != nil {
-		d, err := time.ParseDuration(*in.ObservationMaxAge)
-		switch {
-		case err != nil:
-			errs = append(errs, field.Invalid(field.NewPath("observationMaxAge"), *in.ObservationMaxAge, "must be a duration such as 5m or 90s"))
-		case d <= 0:
-			errs = append(errs, field.Invalid(field.NewPath("observationMaxAge"), *in.ObservationMaxAge, "must be positive"))
-		default:
-			opts.maxAge = d
-		}
-	}
-	if in.ReplaceUnscheduledAfter != nil {
-		d, err := time.ParseDuration(*in.ReplaceUnscheduledAfter)
-		switch {
-		case err != nil:
-			errs = append(errs, field.Invalid(field.NewPath("replaceUnscheduledAfter"), *in.ReplaceUnscheduledAfter, "must be a duration such as 15m or 1h, or 0s to turn re-placing off"))
-		case d < 0:
-			errs = append(errs, field.Invalid(field.NewPath("replaceUnscheduledAfter"), *in.ReplaceUnscheduledAfter, "must not be negative"))
-		default:
-			opts.replaceAfter = d
-		}
-	}
-	if in.AssumedBinding != nil {
-		switch b := *in.AssumedBinding; b {
-		case v1beta1.AssumedBindingMostFree, v1beta1.AssumedBindingLeastFree:
-			opts.binding = scheduling.Binding(b)
-		default:
-			errs = append(errs, field.NotSupported(field.NewPath("assumedBinding"), string(b), []string{string(v1beta1.AssumedBindingMostFree), string(v1beta1.AssumedBindingLeastFree)}))
-		}
-	}
-	if len(errs) > 0 {
-		return opts, fmt.Errorf("invalid Function input: %w", errs.ToAggregate())
-	}
-	return opts, nil
+	return plan.Read(in)
 }
 
 // readXR reads the observed ModelDeployment and refuses what the scheduler
@@ -162,18 +131,31 @@ func (c modelCache) unresolved() bool { return c.ref != nil && !c.found }
 // fleetResources are the fleet's required resources, as Crossplane
 // resolved them.
 type fleetResources struct {
-	clusters, replicas *fnv1.Resources
-	cache              modelCache
+	clusters *fnv1.Resources
+	// replicas are every ModelReplica of the fleet; or, for a narrow
+	// call, own and uncounted are.
+	replicas, own, uncounted *fnv1.Resources
+	narrow                   bool
+	cache                    modelCache
 }
 
-// requireFleet asks for the required resources, the same on every call,
-// and returns them once Crossplane has resolved them; false means not yet.
-func requireFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment) (fleetResources, bool, error) {
+// replicaItems are the ModelReplicas the call reads: a narrow call's own
+// and uncounted ones, each once.
+func (r fleetResources) replicaItems() fleet.Items {
+	if r.narrow {
+		return fleet.Union(codec.ItemsOf(r.own), codec.ItemsOf(r.uncounted))
+	}
+	return codec.ItemsOf(r.replicas)
+}
+
+// requireFleet asks for the required resources, and returns them once
+// Crossplane has resolved them; false means not yet. The replicas asked
+// for are every one of the fleet or, for a narrow call, the deployment's
+// own and those no report counts.
+func requireFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, narrow bool) (fleetResources, bool, error) {
 	spec := xr.Spec.Template.Spec
-	rsp.Requirements = &fnv1.Requirements{Resources: map[string]*fnv1.ResourceSelector{
-		requiredReplicas: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelReplica, Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{}}},
-	}}
-	var out fleetResources
+	rsp.Requirements = &fnv1.Requirements{Resources: replicaSelectors(xr, narrow)}
+	out := fleetResources{narrow: narrow}
 	labels := map[string]string{}
 	if spec.ClusterSelector != nil {
 		maps.Copy(labels, spec.ClusterSelector.MatchLabels)
@@ -205,10 +187,35 @@ func requireFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, x
 		}
 	}
 	rsp.Requirements.Resources[requiredClusters] = clusterSelector(labels)
-	var okClusters, okReplicas bool
+	var okClusters, okReplicas, okOwn, okUncounted bool
 	out.clusters, okClusters = required[requiredClusters]
+	if narrow {
+		out.own, okOwn = required[requiredOwnReplicas]
+		out.uncounted, okUncounted = required[requiredUncountedReplicas]
+		return out, okClusters && okOwn && okUncounted, nil
+	}
 	out.replicas, okReplicas = required[requiredReplicas]
 	return out, okClusters && okReplicas, nil
+}
+
+// replicaSelectors ask for every ModelReplica of the fleet or, narrowly,
+// for the deployment's own (by its label, in its namespace) and for every
+// one labelled not counted, in any namespace.
+func replicaSelectors(xr *v1alpha1.ModelDeployment, narrow bool) map[string]*fnv1.ResourceSelector {
+	byLabels := func(labels map[string]string, namespace *string) *fnv1.ResourceSelector {
+		return &fnv1.ResourceSelector{
+			ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelReplica,
+			Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: labels}}, Namespace: namespace,
+		}
+	}
+	if !narrow {
+		return map[string]*fnv1.ResourceSelector{requiredReplicas: byLabels(nil, nil)}
+	}
+	ns := xr.Metadata.Namespace
+	return map[string]*fnv1.ResourceSelector{
+		requiredOwnReplicas:       byLabels(map[string]string{v1alpha1.LabelDeployment: xr.Metadata.Name}, &ns),
+		requiredUncountedReplicas: byLabels(map[string]string{v1alpha1.LabelCounted: "false"}, nil),
+	}
 }
 
 // clusterSelector asks for every InferenceCluster with the labels; none

@@ -18,7 +18,7 @@ import (
 const PoolLabel = "modelplane.ai/pool"
 
 // Limits of a report, from the InferenceCluster schema the function reads it
-// against (deploy/inferenceclusters.yaml, CONTRACT 2.3).
+// against (deploy/inferenceclusters.yaml, docs/spec.md#pool-reports).
 const (
 	// MaxBuckets is the most buckets nodesByFreeDevices may hold.
 	MaxBuckets = 64

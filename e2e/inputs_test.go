@@ -27,6 +27,9 @@ const (
 	labelDeployment = "modelplane.ai/deployment"
 	labelCluster    = "modelplane.ai/cluster"
 	labelIndex      = "modelplane.ai/replica-index"
+	// labelCounted is only on ModelReplicas: whether the usable report of
+	// every pool the replica holds counts its pods.
+	labelCounted = "scheduler.fn.modelplane.ai/counted"
 )
 
 // inputs are a fixture's source files, read as written.
@@ -108,7 +111,7 @@ func (in inputs) ours(r *unstructured.Unstructured) bool {
 	return r.GetLabels()[labelDeployment] == in.xr.GetName() && r.GetNamespace() == in.xr.GetNamespace()
 }
 
-// replicaName is CONTRACT section 3's metadata.name of a replica.
+// replicaName is docs/spec.md#composed-modelreplicas's metadata.name of a replica.
 func replicaName(deployment, cluster string, index int) string {
 	sum := sha256.Sum256([]byte(deployment + "-" + cluster + "-" + strconv.Itoa(index)))
 	prefix := deployment

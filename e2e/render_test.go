@@ -31,6 +31,7 @@ const (
 	reasonInsufficientCapacity = "InsufficientCapacity"
 	reasonModelStarting        = "ModelStarting"
 	reasonNoReplicasScheduled  = "NoReplicasScheduled"
+	reasonReplicasCreated      = "ReplicasCreated"
 )
 
 // id is a replica's identity: its cluster and its index there.
@@ -61,7 +62,7 @@ type wantCondition struct {
 
 // TestRender renders each fixture with the real crossplane CLI and checks the
 // composed ModelReplicas and ModelEndpoints, and the XR's status, against
-// CONTRACT.md. The expected placements are worked out by hand from the
+// docs/spec.md#placement. The expected placements are worked out by hand from the
 // contract's rules; each case says how.
 func TestRender(t *testing.T) {
 	l4 := func(n string) map[string][]string { return map[string][]string{n: {"l4"}} }
@@ -72,6 +73,9 @@ func TestRender(t *testing.T) {
 		replicas []wantReplica
 		// ready is status.replicas.ready.
 		ready int64
+		// counted are the replicas labelled counted; every other one is
+		// labelled not counted (docs/spec.md#narrow-requests).
+		counted []id
 		// endpoints are the replicas that get a ModelEndpoint.
 		endpoints  []id
 		conditions map[string]wantCondition
@@ -80,7 +84,7 @@ func TestRender(t *testing.T) {
 		warnings [][]string
 		// wholeNode says no pool has a usable observation, so that no pool
 		// may end with more claiming pods charged than it has nodes
-		// (CONTRACT 4.2), unless only retained replicas put them there.
+		// (docs/spec.md#whole-node-accounting), unless only retained replicas put them there.
 		wholeNode bool
 	}{
 		"Example": {
@@ -330,6 +334,23 @@ func TestRender(t *testing.T) {
 				condCapacityObserved: {status: statusTrue},
 			},
 		},
+		"RetainedReplicaCountedByTheReport": {
+			reason: "qwen3-32b's own replica holds 4 of solo's 8 H100s, its pods scheduled before the " +
+				"report: it is kept and labelled counted, though it was composed labelled not counted. " +
+				"The second replica fits the 4 free GPUs, and is new: not counted.",
+			fixture: "e2e/testdata/retained-counted",
+			replicas: []wantReplica{
+				{id{solo, 0}, map[string][]string{"engine": {poolH100}}},
+				{id{solo, 1}, map[string][]string{"engine": {poolH100}}},
+			},
+			counted:   []id{{solo, 0}},
+			ready:     1,
+			endpoints: []id{{solo, 0}},
+			conditions: map[string]wantCondition{
+				condCapacityObserved:  {status: statusTrue},
+				condReplicasScheduled: {status: statusTrue, reasons: []string{reasonReplicasCreated}},
+			},
+		},
 		"GangFitsOnTwoNodes": {
 			reason: "The Leader and the Worker each claim 4 GPUs, and each of the pool's two nodes " +
 				"has 4 free: one node each, both members pinned to h100.",
@@ -397,6 +418,10 @@ func TestRender(t *testing.T) {
 			for _, w := range tc.replicas {
 				if r, ok := out.composed["replica-"+w.String()]; ok {
 					checkReplica(t, in, w, r)
+					want := strconv.FormatBool(slices.Contains(tc.counted, w.id))
+					if got := r.GetLabels()[labelCounted]; got != want {
+						t.Errorf("replica-%s: label %s: want %q, got %q", w.String(), labelCounted, want, got)
+					}
 				}
 			}
 			for _, e := range tc.endpoints {
@@ -419,7 +444,7 @@ func TestRender(t *testing.T) {
 }
 
 // checkComposedKeys checks that exactly the wanted replicas and endpoints are
-// composed, under their CONTRACT section 3 keys.
+// composed, under their keys (docs/spec.md#composed-modelreplicas).
 func checkComposedKeys(t *testing.T, replicas []wantReplica, endpoints []id, out rendered) {
 	t.Helper()
 	want := make([]string, 0, len(replicas)+len(endpoints))
@@ -445,7 +470,7 @@ func checkComposedKeys(t *testing.T, replicas []wantReplica, endpoints []id, out
 	}
 }
 
-// wantLabels are CONTRACT section 3's labels of a replica and its endpoint:
+// wantLabels are the labels (docs/spec.md#composed-modelreplicas) of a replica and its endpoint:
 // the template's, the cluster's placement labels, then the managed ones.
 func wantLabels(in inputs, w id) map[string]string {
 	l := map[string]string{}
@@ -470,7 +495,7 @@ func checkLabels(t *testing.T, what string, want, got map[string]string) {
 	}
 }
 
-// checkReplica checks one composed ModelReplica against CONTRACT section 3.
+// checkReplica checks one composed ModelReplica against docs/spec.md#composed-modelreplicas.
 func checkReplica(t *testing.T, in inputs, w wantReplica, r *unstructured.Unstructured) {
 	t.Helper()
 	what := "replica-" + w.String()
@@ -602,7 +627,7 @@ func checkDeviceRequests(t *testing.T, what string, want, got map[string]any, cl
 	}
 }
 
-// checkEndpoint checks a composed ModelEndpoint against CONTRACT section 3.
+// checkEndpoint checks a composed ModelEndpoint against docs/spec.md#composed-modelendpoints.
 func checkEndpoint(t *testing.T, in inputs, w id, ep *unstructured.Unstructured) {
 	t.Helper()
 	what := "endpoint-" + w.String()
@@ -676,7 +701,7 @@ func checkWarning(t *testing.T, results []*unstructured.Unstructured, want []str
 	t.Errorf("want a warning mentioning %q, got warnings %q", want, warnings)
 }
 
-// checkWholeNodeCapacity checks CONTRACT 4.4's "never overcommit" under
+// checkWholeNodeCapacity checks docs/spec.md#invariants's "never overcommit" under
 // whole-node accounting: a pool that takes a new replica ends with no more
 // claiming pods charged to it, other deployments' and ours, than it has nodes.
 func checkWholeNodeCapacity(t *testing.T, in inputs, out rendered) {
@@ -722,7 +747,7 @@ func checkWholeNodeCapacity(t *testing.T, in inputs, out rendered) {
 	}
 }
 
-// TestRenderInvalidNodeSelector checks CONTRACT 4.1's malformed CEL rule: a
+// TestRenderInvalidNodeSelector checks docs/spec.md#invalid-node-selectors's rule: a
 // deployment whose nodeSelector no longer compiles places nothing new and
 // moves nothing; the replica that exists stays desired exactly as observed.
 func TestRenderInvalidNodeSelector(t *testing.T) {

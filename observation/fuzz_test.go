@@ -13,7 +13,7 @@ import (
 // FuzzPool feeds arbitrary bytes into a pool's three report fields and its
 // device list. Pool must never panic, must return one of the four states,
 // and its verdict must agree with an independent reading of the contract's
-// validity rules (CONTRACT 2.3): a Usable report is valid and fresh, and a
+// validity rules (docs/spec.md#usable-reports): a Usable report is valid and fresh, and a
 // valid, fresh report is Usable. .ci/run can fuzz it for a fixed time:
 //
 //	go test ./observation -run '^$' -fuzz '^FuzzPool$' -fuzztime 20s
@@ -166,7 +166,7 @@ type verdict struct {
 }
 
 // judge reads a pool's report, decoded JSON, independently of Pool, and
-// applies CONTRACT 2.3 with the schema's bounds (64 buckets, 16 free entries,
+// applies docs/spec.md#usable-reports with the schema's bounds (64 buckets, 16 free entries,
 // counts up to 2^20).
 func judge(p *v1alpha1.GPUPool, now time.Time, maxAge time.Duration) verdict {
 	at, nodes, hist := p.ObservedAt, p.ObservedNodes, p.NodesByFreeDevices

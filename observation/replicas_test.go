@@ -177,7 +177,7 @@ func TestReplicaFindingString(t *testing.T) {
 }
 
 // TestReplicasWrongTypedPodsScheduled: a PodsScheduled condition whose fields
-// have the wrong JSON types is bad input, which CONTRACT 4.4 says must give a
+// have the wrong JSON types is bad input, which docs/spec.md#bad-input says must give a
 // warning. The exact wording is the implementation's; it must name the
 // condition.
 func TestReplicasWrongTypedPodsScheduled(t *testing.T) {

@@ -2,7 +2,7 @@ package scheduling
 
 import "time"
 
-// CONTRACT 4.3, the counted rule: a replica is already counted by a pool's
+// The counted rule (docs/spec.md#the-counted-rule): a replica is already counted by a pool's
 // histogram when its PodsScheduled became True strictly before the pool was
 // observed. Every other replica that holds the pool is charged against it.
 // No guessed time window.
@@ -19,6 +19,26 @@ func Counted(scheduledSince *time.Time, observedAt time.Time) bool {
 // pods; a pool without a usable observation counts none.
 func counted(r Replica, obs *PoolObservation) bool {
 	return obs != nil && Counted(r.ScheduledSince, obs.ObservedAt)
+}
+
+// counted reports whether a kept replica's pods are counted by the usable
+// report of every pool it holds: a replica placed or moved by this pass
+// holds nothing yet.
+func (s *pass) counted(k keptReplica) bool {
+	cl := s.clusters[k.Cluster]
+	if k.replica == nil || k.New || k.Moved || cl == nil {
+		return false
+	}
+	holds := false
+	for _, e := range k.Engines {
+		for _, m := range e.Members {
+			if !counted(*k.replica, cl.observed[m.Pool]) {
+				return false
+			}
+			holds = true
+		}
+	}
+	return holds
 }
 
 // CountedBefore is when the least recent report of a cluster's pools was

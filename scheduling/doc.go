@@ -8,19 +8,20 @@
 // (its histogram of nodes by free devices, plus the nodes it can still grow
 // by); any other pool by whole nodes, as Modelplane v0.3 does.
 //
-// Where each rule of the contract (CONTRACT.md) lives:
+// Where each rule of the specification lives, by its section of
+// docs/spec.md:
 //
-//	2.1 the deployment's engines, members, pods per copy   compile.go
-//	    DRA CEL selectors, compiled and evaluated          selector.go
-//	3   placements, shortfall explanations (as data)       types.go, explain.go
-//	4.1 this deployment's replicas (Ours)                  schedule.go
-//	4.1 cluster readiness, gateway, taints, tolerations    cluster.go
-//	4.1 matching members to pools                          match.go
-//	4.1 retain, scale down, fill (fillScore)               schedule.go
-//	4.1 one pool per engine, first pool that fits          place.go
-//	4.2 whole-node accounting                              ledger.go, charge.go
-//	4.3 free-device accounting, binding, gangs             ledger.go, place.go
-//	4.3 the counted rule (Counted)                         counted.go
-//	4.3 charging observed replicas, stamped requests       charge.go
-//	4.4 invariants                                         property_test.go, fuzz_test.go
+//	#the-modeldeployment     engines, members, pods per copy       compile.go
+//	#matching                DRA CEL selectors, compiled, evaluated selector.go
+//	#matching                members to pools                       match.go
+//	#why-a-replica-does-not-fit  placements, shortfalls as data     types.go, explain.go
+//	#whose-replica           this deployment's replicas (Ours)     schedule.go
+//	#eligible-clusters       readiness, gateway, taints            cluster.go
+//	#retaining, #scaling-down, #filling                             schedule.go
+//	#filling                 one pool per engine, first that fits   place.go
+//	#whole-node-accounting                                          ledger.go, charge.go
+//	#free-device-accounting, #assumed-binding, #gangs               ledger.go, place.go
+//	#the-counted-rule        Counted                                counted.go
+//	#re-placing              stuck replicas, moves                  replace.go
+//	#invariants                                                     property_test.go, fuzz_test.go
 package scheduling

@@ -13,7 +13,7 @@ import (
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
 )
 
-// The ledger's rules (CONTRACT 4.3) at the unit level: what nodes a pool
+// The ledger's rules (docs/spec.md#free-device-accounting) at the unit level: what nodes a pool
 // starts with, which node a pod is assumed to take, and what undo restores.
 // Ledgers are compared as node multisets, "[free...]" -> count, since group
 // order carries no meaning.
@@ -384,7 +384,7 @@ func TestReservationUndo(t *testing.T) {
 }
 
 // TestLedgerAfterPass checks the ledger a whole pass ends with, for the
-// shapes CONTRACT 4.3 names.
+// shapes docs/spec.md#free-device-accounting names.
 func TestLedgerAfterPass(t *testing.T) {
 	anyGPU := func(n int64) v1alpha1.DeviceSelector {
 		return fx.Request("gpu", n, `device.driver == "gpu.nvidia.com"`)
@@ -582,7 +582,7 @@ func TestChargeAgainstObservation(t *testing.T) {
 // TestChargeHugeCountsStayCheap: a replica whose copies and worker.nodes
 // are far past the schema's bounds (64 and 63; nothing but the API server
 // enforces them, and crossplane render does not) must not make the pass
-// materialise every pod: CONTRACT 4.4 says huge counts never crash the
+// materialise every pod: docs/spec.md#bad-input says huge counts never crash the
 // function. 2048 x 2048 pods is small enough to finish; 2^20 x 2^20, which
 // the code's maxCount clamp allows, exhausts memory.
 func TestChargeHugeCountsStayCheap(t *testing.T) {

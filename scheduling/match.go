@@ -2,7 +2,7 @@ package scheduling
 
 import "github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 
-// CONTRACT 4.1, matching: a member matches a pool when every request of its
+// Matching (docs/spec.md#matching): a member matches a pool when every request of its
 // nodeSelector is met by a pool device, requests taking devices greedily in
 // order; only claim: DRA devices become deviceRequests; a member that could
 // claim somewhere may not be placed where it would claim nothing; and an

@@ -211,7 +211,7 @@ func oracleRetain(f gFleet) []oPlacement {
 	return kept
 }
 
-// oracleScaleDown keeps wanted of the kept replicas, reading CONTRACT 4.1
+// oracleScaleDown keeps wanted of the kept replicas, reading docs/spec.md#scaling-down
 // ("drop the highest index on the most-loaded cluster first, ties: later
 // cluster name") as the order a cluster's replicas leave in: ranked on
 // their cluster by index, 1 for its lowest, a replica of rank r goes when
@@ -259,7 +259,7 @@ func oracleScaleDown(kept []oPlacement, wanted int) []oPlacement {
 // claiming members and goes to the first pool, in published order, that
 // matches and has that many free; each new replica goes to the eligible
 // cluster with the fewest of the deployment's replicas, then by name. When
-// no cluster can host another, it says why for each, as CONTRACT 3 asks.
+// no cluster can host another, it says why for each, as docs/spec.md#why-a-replica-does-not-fit asks.
 func oracleWholeNode(f gFleet) ([]oPlacement, *Shortfall) {
 	wanted := int(max(f.d.replicas, 0))
 	kept := oracleScaleDown(oracleRetain(f), wanted)
@@ -433,7 +433,7 @@ func stampClaim(gp gPool, stamps []gStamp) []int64 {
 	return claim
 }
 
-// oracleNodes is an independent, node-by-node reading of CONTRACT 4.2-4.3:
+// oracleNodes is an independent, node-by-node reading of docs/spec.md#whole-node-accounting and docs/spec.md#free-device-accounting:
 // each pool is a list of nodes, each node a list of free counts (one per
 // pool device; a single 1/0 under whole-node accounting).
 type oracleNodes struct {

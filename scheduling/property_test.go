@@ -22,7 +22,7 @@ import (
 
 // Oracles.
 
-// Properties (CONTRACT 4.4). Every fleet comes from a fixed seed, so a
+// Properties (docs/spec.md#invariants). Every fleet comes from a fixed seed, so a
 // failure names the seed that reproduces it.
 
 const propertySeeds = 1000

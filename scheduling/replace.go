@@ -8,7 +8,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 )
 
-// CONTRACT 4.5: re-placing a replica whose pods stay unscheduled. A replica
+// Re-placing (docs/spec.md#re-placing): re-placing a replica whose pods stay unscheduled. A replica
 // of the deployment is stuck when its PodsScheduled is False for longer
 // than ReplaceUnscheduledAfter and it is not Ready. It is re-placed by the
 // fill rules, never onto a pool it is or was stuck on; where nothing else

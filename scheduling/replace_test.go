@@ -239,7 +239,7 @@ func TestReplace(t *testing.T) {
 
 func TestScaleDownOrder(t *testing.T) {
 	// As a ReplicaSet ranks its pods: stuck first, then unscheduled, then
-	// CONTRACT 4.1's order (highest index on the most-loaded cluster).
+	// docs/spec.md#scaling-down's order (highest index on the most-loaded cluster).
 	c := []Cluster{{Object: fx.Cluster("a").Obj()}, {Object: fx.Cluster("b").Obj()}}
 	d := func(n int64) *v1alpha1.ModelDeployment { return fx.Deployment("m").Replicas(n).Obj() }
 	long, short := replaceNow.Add(-time.Hour), replaceNow.Add(-time.Minute)

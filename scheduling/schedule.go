@@ -82,6 +82,9 @@ func schedule(s Snapshot) (*Plan, *pass, error) {
 		placed, plan.Shortfall = p.fill(placements, wanted-len(placements))
 		kept = append(kept, keptOf(placed)...)
 	}
+	for i := range kept {
+		kept[i].Counted = p.counted(kept[i])
+	}
 	plan.Replicas = append(slices.Clone(asObserved), placementsOf(kept)...)
 	plan.Waiting = p.waiting(kept)
 	slices.SortFunc(plan.Replicas, func(a, b Placement) int {
@@ -147,7 +150,7 @@ func (s *pass) ours(r Replica) bool {
 }
 
 // Ours reports whether a replica in namespace, whose modelplane.ai/deployment
-// label is deployment, is d's (CONTRACT 4.1): every other replica is another
+// label is deployment, is d's (docs/spec.md#whose-replica): every other replica is another
 // deployment's, and only ever charged, and so is one being deleted, whose
 // pods may still hold devices. It is the one test of the rule, for readers
 // that have only a replica's metadata as much as for the scheduler.
@@ -257,7 +260,7 @@ func observedPlacement(r Replica, id identity) Placement {
 
 // retainedEngines re-resolves an observed replica's members against their
 // pinned pools with the deployment's current nodeSelectors, in the
-// deployment's engine order (CONTRACT 3: engines mirror the deployment's),
+// deployment's engine order (docs/spec.md#composed-modelreplicas: engines mirror the deployment's),
 // whatever order the replica lists them in. The replica's engines must be
 // the deployment's: as many, of the same names.
 func (s *pass) retainedEngines(cl *cluster, r *v1alpha1.ModelReplica) ([]EnginePlacement, bool) {
@@ -298,9 +301,9 @@ func (s *pass) retainedEngines(cl *cluster, r *v1alpha1.ModelReplica) ([]EngineP
 }
 
 // scaleDown drops replicas until wanted remain, as a ReplicaSet ranks its
-// pods (CONTRACT 4.5): stuck replicas first, then those whose pods are not
+// pods (docs/spec.md#re-placing): stuck replicas first, then those whose pods are not
 // all scheduled, then each time the highest index on the cluster hosting
-// the most, ties going to the later cluster name (CONTRACT 4.1). With no
+// the most, ties going to the later cluster name (docs/spec.md#scaling-down). With no
 // PodsScheduled False anywhere, that is 4.1's order alone.
 func (s *pass) scaleDown(kept []keptReplica, wanted int) []keptReplica {
 	kept = slices.Clone(kept)

@@ -39,7 +39,7 @@ type Options struct {
 	Selectors *Selectors
 
 	// ReplaceUnscheduledAfter is how long the deployment's replica may stay
-	// with its pods unscheduled before it is re-placed (CONTRACT 4.5). Zero
+	// with its pods unscheduled before it is re-placed (docs/spec.md#re-placing). Zero
 	// turns re-placing off.
 	ReplaceUnscheduledAfter time.Duration
 }
@@ -56,7 +56,7 @@ type Snapshot struct {
 	Now time.Time
 
 	// Assumed are replicas other passes composed recently that the fleet
-	// does not show yet (CONTRACT 4.6): charged where they are pinned as
+	// does not show yet (docs/spec.md#assumed-placements): charged where they are pinned as
 	// replicas whose pods are not scheduled, never the deployment's.
 	Assumed []Replica
 }
@@ -116,7 +116,7 @@ type Replica struct {
 
 	// Deleting is whether the replica is being deleted. Its pods may still
 	// hold devices, so it is charged where it is pinned, but it is never
-	// the deployment's: neither kept nor counted (CONTRACT 4.1).
+	// the deployment's: neither kept nor counted (docs/spec.md#whose-replica).
 	Deleting bool
 
 	// Assumed is whether the replica is an assumed placement (Snapshot's
@@ -199,8 +199,14 @@ type Placement struct {
 	Engines []EnginePlacement
 
 	// New is true for a replica placed by this pass, and Moved for one
-	// re-placed by it (CONTRACT 4.5): on another cluster it is New too.
+	// re-placed by it (docs/spec.md#re-placing): on another cluster it is New too.
 	New, Moved bool
+
+	// Counted is whether the usable report of every pool the replica holds
+	// already counts its pods (the counted rule): only ever for a replica
+	// kept where it was observed, never for a new or moved one
+	// (docs/spec.md#narrow-requests).
+	Counted bool
 
 	// Replacement is what to remember of re-placing the replica, written
 	// in its AnnotationReplacement; nil for none.

@@ -18,7 +18,7 @@ func TestBoundsHold(t *testing.T) {
 		b := Limit(sc)
 		for _, m := range Modes() {
 			for _, bi := range binders {
-				res, err := Run(sc.Config(m, bi, Direct{Binding: m.Binding}))
+				res, err := Run(sc.Config(m, bi, Direct{Input: Input(m.Binding)}))
 				if err != nil {
 					t.Fatalf("%s, %s, %s: %v", sc.Name, m.Name, bi, err)
 				}

@@ -10,6 +10,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
 	"github.com/modelplaneai/fleet-scheduler/internal/assume"
 	"github.com/modelplaneai/fleet-scheduler/internal/compose"
+	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -21,29 +22,32 @@ type Reconciler interface {
 	Reconcile(d *v1alpha1.ModelDeployment, clusters []*v1alpha1.InferenceCluster, replicas []*v1alpha1.ModelReplica, now time.Time) ([]*v1alpha1.ModelReplica, error)
 }
 
-// Direct reconciles through the packages fn.go calls, without the protobuf
-// boundary: observation.Clusters and observation.Replicas, then
-// scheduling.Schedule with the function input's defaults (re-placing
-// replicas whose pods stay unscheduled after 15m included), then a
-// ModelReplica per placement named and built as the function composes it
-// (contract section 3). With Servers, a call takes part in assumed
-// placements as the server's does (CONTRACT 4.6): through the ledger of
-// the server it goes to, when the XR and every cluster carry a uid.
+// Direct reconciles through the path the function takes after reading
+// its request: observation.Clusters and observation.Replicas, then
+// plan.Planner.Plan with the function input's settings (assumed placements
+// and their critical section included), then a ModelReplica per placement
+// named and built as the function composes it
+// (docs/spec.md#composed-modelreplicas).
 type Direct struct {
-	// MaxAge is observationMaxAge; zero means the default 5m.
-	MaxAge time.Duration
-	// Binding is the function input's assumedBinding.
-	Binding scheduling.Binding
-	// ReplaceAfter is replaceUnscheduledAfter; zero means the default 15m,
-	// a negative duration turns re-placing off.
-	ReplaceAfter time.Duration
+	// Input is the function input, as a Composition gives it: a field
+	// left out takes its default, exactly as in the function.
+	Input v1beta1.Input
 	// Cache, when not nil, keeps what was observed between calls.
 	Cache *Cache
 	// Servers, when not nil, are the function's servers, each with its
-	// own ledger of assumed placements (CONTRACT 4.6), that the calls are
-	// spread over; nil is a server that assumes nothing
-	// (--assumed-placement-ttl 0).
+	// own ledger of assumed placements (docs/spec.md#assumed-placements),
+	// that the calls are spread over; nil is a server that assumes
+	// nothing (--assumed-placement-ttl 0).
 	Servers *Servers
+}
+
+// Input is the function input that assumes binding b, every other field
+// left to its default; an empty b leaves assumedBinding out too.
+func Input(b scheduling.Binding) v1beta1.Input {
+	if b == "" {
+		return v1beta1.Input{}
+	}
+	return v1beta1.Input{AssumedBinding: new(v1beta1.AssumedBinding(b))}
 }
 
 // Servers are function servers, each keeping its own ledger of assumed
@@ -67,55 +71,42 @@ func NewServers(n int) *Servers {
 // Len is how many servers there are.
 func (s *Servers) Len() int { return len(s.ledgers) }
 
-// ledger is the ledger of the server the next call goes to.
+// ledger is the ledger of the server the next call goes to; none without
+// servers.
 func (s *Servers) ledger() *assume.Ledger {
+	if s == nil {
+		return nil
+	}
 	l := s.ledgers[s.next%len(s.ledgers)]
 	s.next++
 	return l
 }
 
 // shown is the fleet a call reads, for the ledger to end the assumed
-// placements it shows: each replica by namespace and name.
-type shown map[[2]string]*v1alpha1.ModelReplica
-
-func shownOf(replicas []*v1alpha1.ModelReplica) shown {
-	out := make(shown, len(replicas))
-	for _, r := range replicas {
-		out[[2]string{r.Metadata.Namespace, r.Metadata.Name}] = r
-	}
-	return out
+// placements it shows: each replica by namespace and name, indexed when
+// first asked.
+type shown struct {
+	replicas []*v1alpha1.ModelReplica
+	byName   map[[2]string]*v1alpha1.ModelReplica
 }
 
 // Shows implements assume.Fleet: the replica is in the fleet on the
 // cluster, pinned to the pools.
-func (s shown) Shows(namespace, name, cluster string, pools []string) bool {
-	r, ok := s[[2]string{namespace, name}]
+func (s *shown) Shows(namespace, name, cluster string, pools []string) bool {
+	r, ok := s.lookup(namespace, name)
 	return ok && r.Spec.ClusterName == cluster && slices.Equal(r.Pools(), pools)
 }
 
-// assumes is the server's test for taking part in assumed placements
-// (root assume.go): the XR and every cluster carry a uid. It returns the
-// deployment and the clusters' names by uid.
-func assumes(dep *v1alpha1.ModelDeployment, clusters []*v1alpha1.InferenceCluster) (assume.Deployment, map[string]string, bool) {
-	d := assume.Deployment{UID: dep.Metadata.UID, Namespace: dep.Metadata.Namespace, Name: dep.Metadata.Name}
-	uids := make(map[string]string, len(clusters))
-	for _, c := range clusters {
-		if c.Metadata.UID == "" {
-			return d, nil, false
+// lookup is the replica of the name in the fleet.
+func (s *shown) lookup(namespace, name string) (*v1alpha1.ModelReplica, bool) {
+	if s.byName == nil {
+		s.byName = make(map[[2]string]*v1alpha1.ModelReplica, len(s.replicas))
+		for _, r := range s.replicas {
+			s.byName[[2]string{r.Metadata.Namespace, r.Metadata.Name}] = r
 		}
-		uids[c.Metadata.UID] = c.Metadata.Name
 	}
-	return d, uids, d.UID != "" && len(uids) > 0
-}
-
-// defaultReplaceAfter is the function input's default
-// replaceUnscheduledAfter.
-func defaultReplaceAfter() time.Duration {
-	d, err := time.ParseDuration(v1beta1.DefaultReplaceUnscheduledAfter)
-	if err != nil {
-		panic(err) // The default is a constant the function's input reads.
-	}
-	return d
+	r, ok := s.byName[[2]string{namespace, name}]
+	return r, ok
 }
 
 // Cache keeps what Direct observed between calls, as the function's server
@@ -166,37 +157,41 @@ func (c *Cache) observe(clusters []*v1alpha1.InferenceCluster, replicas []*v1alp
 	return c.clusters, rs
 }
 
-// DefaultMaxAge is the function's default observationMaxAge.
-const DefaultMaxAge = 5 * time.Minute
+// selectors are the compiled selectors the cache keeps; none without a
+// cache.
+func (c *Cache) compiled() *scheduling.Selectors {
+	if c == nil {
+		return nil
+	}
+	return c.selectors
+}
 
 // Reconcile implements Reconciler.
 func (d Direct) Reconcile(dep *v1alpha1.ModelDeployment, clusters []*v1alpha1.InferenceCluster, replicas []*v1alpha1.ModelReplica, now time.Time) ([]*v1alpha1.ModelReplica, error) {
-	maxAge := d.MaxAge
-	if maxAge == 0 {
-		maxAge = DefaultMaxAge
+	settings, err := plan.Read(&d.Input)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reconcile %s: %w", dep.Metadata.Name, err)
 	}
-	cs, rs := d.Cache.observe(clusters, replicas, now, maxAge)
-	opts := scheduling.Options{Binding: d.Binding, ReplaceUnscheduledAfter: max(d.ReplaceAfter, 0)}
-	if d.ReplaceAfter == 0 {
-		opts.ReplaceUnscheduledAfter = defaultReplaceAfter()
-	}
-	if d.Cache != nil {
-		opts.Selectors = d.Cache.selectors
-	}
-	snap := scheduling.Snapshot{Deployment: dep, Clusters: cs, Replicas: rs, Options: opts, Now: now}
-	var plan *scheduling.Plan
-	var err error
-	if ad, uids, ok := assumes(dep, clusters); d.Servers != nil && ok {
-		plan, err = d.Servers.ledger().Schedule(context.Background(), ad, uids, shownOf(replicas), snap)
-	} else {
-		plan, err = scheduling.Schedule(snap)
+	cs, rs := d.Cache.observe(clusters, replicas, now, settings.ObservationMaxAge)
+	planner := plan.Planner{Selectors: d.Cache.compiled(), Ledger: d.Servers.ledger()}
+	fleet := &shown{replicas: replicas}
+	out, err := planner.Plan(context.Background(), plan.Call{Deployment: dep, Settings: settings, Clusters: cs, Replicas: rs, Now: now, Shown: fleet})
+	if err == nil && out.Kind == plan.InvalidSelector {
+		err = out.Invalid
 	}
 	if err != nil {
 		return nil, fmt.Errorf("cannot schedule %s: %w", dep.Metadata.Name, err)
 	}
-	out := make([]*v1alpha1.ModelReplica, 0, len(plan.Replicas))
-	for _, p := range plan.Replicas {
-		out = append(out, compose.Replica(dep, p))
+	composed := make([]*v1alpha1.ModelReplica, 0, len(out.Plan.Replicas))
+	for _, p := range out.Plan.Replicas {
+		if p.AsObserved {
+			// Kept exactly as observed, as the function keeps it.
+			if r, ok := fleet.lookup(dep.Metadata.Namespace, p.Name); ok {
+				composed = append(composed, r)
+			}
+			continue
+		}
+		composed = append(composed, compose.Replica(dep, p))
 	}
-	return out, nil
+	return composed, nil
 }

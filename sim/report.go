@@ -337,7 +337,7 @@ func WritePredictions(w io.Writer, rows []Row) error {
 }
 
 // ReplacingLegend says what the re-placing report compares.
-const ReplacingLegend = `Re-placing (CONTRACT 4.5) measured: one scenario, each mode and binder run
+const ReplacingLegend = `Re-placing (docs/spec.md#re-placing) measured: one scenario, each mode and binder run
 twice, with replaceUnscheduledAfter off (a negative duration, as the
 function input's 0s) and on. The scenario is built so that the ledger's
 guess of where pods bind is wrong: see its summary below and
@@ -355,8 +355,8 @@ stays Pending and nothing moves.
   replaces.
 `
 
-// WriteReplacing writes runs of one scenario with re-placing (CONTRACT
-// 4.5) off and on, side by side: the pods left Pending, and the moves
+// WriteReplacing writes runs of one scenario with re-placing
+// (docs/spec.md#re-placing) off and on, side by side: the pods left Pending, and the moves
 // that cleared them.
 func WriteReplacing(w io.Writer, rows []Row) error {
 	var b strings.Builder
@@ -381,7 +381,7 @@ type ConcurrencyRun struct {
 }
 
 // ConcurrencyLegend says what the concurrency report compares.
-const ConcurrencyLegend = `Concurrent calls measured (CONTRACT 4.6, assumed placements). The
+const ConcurrencyLegend = `Concurrent calls measured (docs/spec.md#assumed-placements). The
 simulator otherwise reconciles deployments one after another, each seeing
 the last one's replicas: the best case. Here each round's deployments to
 reconcile go K at a time, in name order: the K calls read the same fleet,

@@ -308,7 +308,7 @@ func standaloneWith(gpus int64, cpu, memory string) *v1alpha1.ModelDeployment {
 
 // Misguessed is a fleet where the ledger's guess of where pods bind is
 // wrong under kube-default, and the wrong guess leaves pods Pending: the
-// workload re-placing (CONTRACT 4.5) is for.
+// workload re-placing (docs/spec.md#re-placing) is for.
 //
 // Each of 4 clusters has a pool "tight" of two 8xH100 nodes, listed first,
 // and a pool "spare" of two more. At round 0 a cpu-heavy 2-GPU replica
@@ -352,7 +352,7 @@ func Misguessed() Scenario {
 }
 
 // ScaleAtOnce is 32 deployments that scale at the same moment on a nearly
-// full fleet, the workload of concurrent calls (CONTRACT 4.6): 16 of
+// full fleet, the workload of concurrent calls (docs/spec.md#assumed-placements): 16 of
 // 1-GPU and 16 of 4-GPU replicas, alternating, arriving one a round with 2
 // replicas each (160 of the fleet's 192 GPUs), then all scaling to 6 in
 // round 40, when they would want 480. The fleet is 4 clusters of two

@@ -139,14 +139,14 @@ type Result struct {
 	// pods (bound or Pending, the new replica's included) then claim more
 	// GPUs than the pool has: not all of them can bind, whatever node
 	// each takes. It is what placing twice onto the same free GPUs makes
-	// (CONTRACT 4.4: never overcommit), and nothing else here: a
+	// (docs/spec.md#invariants: never overcommit), and nothing else here: a
 	// misguessed binding or a fragmented pool leaves pods Pending without
 	// it. OvercommitGPUsMax is the most GPUs claimed beyond the pools'
 	// GPUs at the end of any round.
 	Overcommit        int
 	OvercommitGPUsMax int64
 	// Moves counts the function's re-placements of replicas whose pods
-	// stayed unscheduled (CONTRACT 4.5), MovedReplicas the replicas that
+	// stayed unscheduled (docs/spec.md#re-placing), MovedReplicas the replicas that
 	// moved at least once, and MaxMoves the most one of them moved. A
 	// replica moved to another cluster is a new ModelReplica under another
 	// name; it counts as the one it replaces.
@@ -571,6 +571,14 @@ func (s *state) apply(name string, desired []*v1alpha1.ModelReplica, now time.Ti
 				r.obj = &obj
 				changed = true
 			}
+			if !maps.Equal(r.obj.Metadata.Labels, d.Metadata.Labels) {
+				// Applied as Crossplane applies them, and read by no binder:
+				// a label the function recomputes (whether a report counts
+				// the replica) changes nothing the run measures.
+				obj := *r.obj
+				obj.Metadata.Labels = d.Metadata.Labels
+				r.obj = &obj
+			}
 			continue
 		}
 		c := s.cluster(d.Spec.ClusterName)
@@ -596,7 +604,7 @@ func (s *state) apply(name string, desired []*v1alpha1.ModelReplica, now time.Ti
 }
 
 // moved reports whether the function re-placed a replica in this
-// reconcile, by the annotation it writes (CONTRACT 4.5: the move's time),
+// reconcile, by the annotation it writes (docs/spec.md#re-placing: the move's time),
 // counts the move against the replica it replaces, and returns that
 // replica: the one dropped in the same response, by name on its own
 // cluster, else one whose pool the annotation says it was stuck on. A

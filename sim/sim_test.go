@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
 	"github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -139,7 +140,7 @@ func TestRunReachesTheLimitWithAFreshAgent(t *testing.T) {
 	}
 	for reason, tc := range cases {
 		t.Run(reason, func(t *testing.T) {
-			res, err := Run(sc.Config(tc.mode, KubeDefault, Direct{Binding: tc.mode.Binding}))
+			res, err := Run(sc.Config(tc.mode, KubeDefault, Direct{Input: Input(tc.mode.Binding)}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -164,7 +165,7 @@ func TestSkippingSettledDeploymentsChangesNothing(t *testing.T) {
 	sc := tinyScenario(Shape{1, 1, 2, false}, 2, 12)
 	sc.Events = append(sc.Events, Event{Round: 8, Name: "d0", Replicas: 4}, Event{Round: 12, Name: "d1", Delete: true})
 	for _, m := range []Mode{WholeNode(), Fresh(), Lagging()} {
-		cfg := sc.Config(m, KubeDefault, Direct{Binding: m.Binding})
+		cfg := sc.Config(m, KubeDefault, Direct{Input: Input(m.Binding)})
 		skip, err := Run(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -209,7 +210,7 @@ func TestRunNeverOvercommits(t *testing.T) {
 		}
 		b := Binders()[seed%uint64(len(Binders()))]
 		m := Modes()[seed%uint64(len(Modes()))]
-		cfg := sc.Config(m, b, Direct{Binding: m.Binding})
+		cfg := sc.Config(m, b, Direct{Input: Input(m.Binding)})
 		cfg.Tick, cfg.Image, cfg.ImageSize = 10*time.Second, DefaultImage, DefaultImageSize
 		s, err := newState(cfg)
 		if err != nil {
@@ -321,7 +322,7 @@ func TestReport(t *testing.T) {
 	sc := tinyScenario(Shape{1, 1, 4, false}, 4, 3)
 	var rows []Row
 	for _, m := range Modes() {
-		res, err := Run(sc.Config(m, KubeDefault, Direct{Binding: m.Binding}))
+		res, err := Run(sc.Config(m, KubeDefault, Direct{Input: Input(m.Binding)}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -415,11 +416,11 @@ func TestDirectCacheChangesNothing(t *testing.T) {
 	sc := tinyScenario(Shape{1, 1, 2, false}, 2, 12)
 	sc.Events = append(sc.Events, Event{Round: 8, Name: "d0", Replicas: 4}, Event{Round: 12, Name: "d1", Delete: true})
 	for _, m := range []Mode{WholeNode(), Fresh(), Lagging().Assuming(scheduling.LeastFree)} {
-		plain, err := Run(sc.Config(m, KubeDefault, Direct{Binding: m.Binding}))
+		plain, err := Run(sc.Config(m, KubeDefault, Direct{Input: Input(m.Binding)}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		cached, err := Run(sc.Config(m, KubeDefault, Direct{Binding: m.Binding, Cache: NewCache()}))
+		cached, err := Run(sc.Config(m, KubeDefault, Direct{Input: Input(m.Binding), Cache: NewCache()}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -443,7 +444,7 @@ func TestStuckReplicaIsReplaced(t *testing.T) {
 		Name: "stuck", Clusters: Fleet(1, pools...), Rounds: 30, Shapes: map[string]Shape{"d": {1, 1, 1, false}},
 		Events: []Event{{Round: 0, Name: "d", Replicas: 1, Deployment: d}},
 	}
-	res, err := Run(sc.Config(Fresh(), KubeDefault, Direct{ReplaceAfter: time.Minute}))
+	res, err := Run(sc.Config(Fresh(), KubeDefault, Direct{Input: v1beta1.Input{ReplaceUnscheduledAfter: new("1m")}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -541,18 +542,19 @@ func TestReplacingClearsMisguessedPods(t *testing.T) {
 	}{
 		"Off": {
 			reason: "With re-placing off, the misguessed 4-GPU replica of every cluster stays Pending to the end.",
-			after:  -1,
+			after:  0,
 			want:   want{Placed: 20, Wanted: 20, PendingEnd: 4},
 		},
 		"On": {
 			reason: "With re-placing on (15m), each misguessed replica moves once, to its cluster's spare pool, and no pod is Pending at the end.",
+			after:  15 * time.Minute,
 			want:   want{Placed: 20, Wanted: 20, Moves: 4, MovedReplicas: 4, MaxMoves: 1},
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			sc := Misguessed()
-			res, err := Run(sc.Config(Fresh(), KubeDefault, Direct{ReplaceAfter: tc.after}))
+			res, err := Run(sc.Config(Fresh(), KubeDefault, Direct{Input: v1beta1.Input{ReplaceUnscheduledAfter: new(tc.after.String())}}))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -147,7 +147,7 @@ func TestReplayTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(sc.Config(Fresh(), KubeDefault, Direct{Binding: Fresh().Binding}))
+	res, err := Run(sc.Config(Fresh(), KubeDefault, Direct{Input: Input(Fresh().Binding)}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestStuckPodSaysItLacksCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(sc.Config(Fresh(), KubeDefault, Direct{Binding: Fresh().Binding}))
+	res, err := Run(sc.Config(Fresh(), KubeDefault, Direct{Input: Input(Fresh().Binding)}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,12 @@ const (
 	LabelDeployment   = "modelplane.ai/deployment"
 	LabelCluster      = "modelplane.ai/cluster"
 	LabelReplicaIndex = "modelplane.ai/replica-index"
+
+	// LabelCounted is "true" on a composed ModelReplica whose pods the
+	// usable report of every pool it holds already counts, and "false" on
+	// every other one, so that a call may ask for the uncounted ones alone
+	// (docs/spec.md#narrow-requests).
+	LabelCounted = "scheduler.fn.modelplane.ai/counted"
 )
 
 // AnnotationReplacement is the annotation in which the function keeps, on

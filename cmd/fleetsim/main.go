@@ -24,6 +24,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
+	"github.com/modelplaneai/fleet-scheduler/scheduling"
 	"github.com/modelplaneai/fleet-scheduler/sim"
 )
 
@@ -168,7 +170,7 @@ func run(o options) error {
 	if notes != "" {
 		table.WriteString("\n" + notes + "\n")
 	}
-	if err := writeStuck(&table, rows, "Pods Pending at the end of a run, and what each needs. The function placed each replica on a pool whose nodes it assumed had the GPUs (assumedBinding); either the cluster's binder spread or packed differently and no node has them, or the nodes with them lack the cpu or memory the pod requests, which the function does not see (it charges devices only). A placed replica is retained whatever capacity says (contract 4.1, Retain; 4.4, Stability) until it has waited replaceUnscheduledAfter (15m by default) with PodsScheduled False; 4.5 then re-places it on another pool where it fits, if one does (on a full fleet none does):"); err != nil {
+	if err := writeStuck(&table, rows, "Pods Pending at the end of a run, and what each needs. The function placed each replica on a pool whose nodes it assumed had the GPUs (assumedBinding); either the cluster's binder spread or packed differently and no node has them, or the nodes with them lack the cpu or memory the pod requests, which the function does not see (it charges devices only). A placed replica is retained whatever capacity says (docs/spec.md#retaining, docs/spec.md#invariants) until it has waited replaceUnscheduledAfter (15m by default) with PodsScheduled False; re-placing (docs/spec.md#re-placing) then re-places it on another pool where it fits, if one does (on a full fleet none does):"); err != nil {
 		return err
 	}
 	if _, err := os.Stdout.Write(table.Bytes()); err != nil {
@@ -210,8 +212,8 @@ func runReplacing(o options) error {
 	var rows []sim.Row
 	for _, b := range binders {
 		for _, m := range modes {
-			for _, after := range []time.Duration{-1, o.replaceAfter} {
-				res, err := sim.Run(sc.Config(m, b, sim.Direct{Binding: m.Binding, ReplaceAfter: after, Cache: sim.NewCache()}))
+			for _, after := range []time.Duration{0, o.replaceAfter} {
+				res, err := sim.Run(sc.Config(m, b, sim.Direct{Input: replacing(m.Binding, after), Cache: sim.NewCache()}))
 				if err != nil {
 					return fmt.Errorf("%s, %s, %s, re-placing after %s: %w", sc.Name, m.Name, b, after, err)
 				}
@@ -285,10 +287,18 @@ func runConcurrency(o options) error {
 	return writeDoc(filepath.Join(o.out, "concurrency.md"), commandLine(), doc.Bytes())
 }
 
+// replacing is the function input of a mode with replaceUnscheduledAfter
+// set to after: 0 turns re-placing off.
+func replacing(b scheduling.Binding, after time.Duration) v1beta1.Input {
+	in := sim.Input(b)
+	in.ReplaceUnscheduledAfter = new(after.String())
+	return in
+}
+
 // direct is the reconciler of a mode, through servers function servers
 // with their own ledgers (none for 0).
 func direct(m sim.Mode, servers int) sim.Direct {
-	d := sim.Direct{Binding: m.Binding, Cache: sim.NewCache()}
+	d := sim.Direct{Input: sim.Input(m.Binding), Cache: sim.NewCache()}
 	if servers > 0 {
 		d.Servers = sim.NewServers(servers)
 	}

@@ -1,4 +1,4 @@
-// Package assume keeps a server's assumed placements (CONTRACT 4.6): the
+// Package assume keeps a server's assumed placements (docs/spec.md#assumed-placements): the
 // replicas its recent responses composed that the fleet does not show yet.
 //
 // Crossplane reconciles many ModelDeployments at once, and each call reads

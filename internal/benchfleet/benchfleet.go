@@ -33,9 +33,11 @@ const (
 
 // Names of the required resources, as the function asks for them.
 const (
-	RequiredClusters = "clusters"
-	RequiredReplicas = "all-replicas"
-	RequiredCache    = "cache"
+	RequiredClusters          = "clusters"
+	RequiredReplicas          = "all-replicas"
+	RequiredCache             = "cache"
+	RequiredOwnReplicas       = "own-replicas"
+	RequiredUncountedReplicas = "uncounted-replicas"
 )
 
 // Now is the benchmark's clock: every observation is 30s old at Now.
@@ -124,6 +126,13 @@ func Fleet(n int) ([]*v1alpha1.InferenceCluster, []*v1alpha1.ModelReplica) {
 // FleetAt is Fleet observed 30s before now, for a server that judges the
 // observations by its own clock.
 func FleetAt(n int, now time.Time) ([]*v1alpha1.InferenceCluster, []*v1alpha1.ModelReplica) {
+	return FleetOf(n, now, 100)
+}
+
+// FleetOf is Fleet observed 30s before now, of which one replica in every
+// uncountedEvery was scheduled after its pool's observation. Each replica
+// is labelled counted or not, as the function labels what it composes.
+func FleetOf(n int, now time.Time, uncountedEvery int) ([]*v1alpha1.InferenceCluster, []*v1alpha1.ModelReplica) {
 	clusters := make([]*v1alpha1.InferenceCluster, Clusters)
 	for i := range clusters {
 		clusters[i] = cluster(i, now)
@@ -133,12 +142,14 @@ func FleetAt(n int, now time.Time) ([]*v1alpha1.InferenceCluster, []*v1alpha1.Mo
 		d := i / 10
 		c := (d*7 + i%10) % Clusters
 		at := now.Add(-time.Duration(1+i%240) * time.Hour)
-		if i%100 == 99 {
+		counted := i%uncountedEvery != uncountedEvery-1
+		if !counted {
 			at = now.Add(-10 * time.Second)
 		}
 		gpus := []int64{1, 2, 4, 8}[d%4]
 		r := replica(fmt.Sprintf("model-%05d", d), fmt.Sprintf("cluster-%03d", c), fmt.Sprintf("h100-%d", d%Pools), 0, gpus, at)
 		r.Metadata.Namespace = fmt.Sprintf("team-%02d", d%7)
+		r.Metadata.Labels[v1alpha1.LabelCounted] = strconv.FormatBool(counted)
 		// As the API server returns it, with a uid and a resourceVersion.
 		r.Metadata.UID = fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
 		r.Metadata.ResourceVersion = strconv.Itoa(100_000 + i)
@@ -169,6 +180,26 @@ func MustStruct(obj any) *structpb.Struct {
 		panic(err)
 	}
 	return s
+}
+
+// NarrowRequest is the RunFunctionRequest Crossplane sends once it resolved
+// a narrow call's required resources: the deployment's own replicas, and
+// every one labelled not counted.
+func NarrowRequest(xr *v1alpha1.ModelDeployment, clusters []*v1alpha1.InferenceCluster, replicas []*v1alpha1.ModelReplica, input *structpb.Struct) *fnv1.RunFunctionRequest {
+	req := Request(xr, clusters, nil, input)
+	delete(req.GetRequiredResources(), RequiredReplicas)
+	own, uncounted := &fnv1.Resources{}, &fnv1.Resources{}
+	for _, r := range replicas {
+		if r.Metadata.Namespace == xr.Metadata.Namespace && r.Metadata.Labels[v1alpha1.LabelDeployment] == xr.Metadata.Name {
+			own.Items = append(own.Items, &fnv1.Resource{Resource: MustStruct(r)})
+		}
+		if r.Metadata.Labels[v1alpha1.LabelCounted] == "false" {
+			uncounted.Items = append(uncounted.Items, &fnv1.Resource{Resource: MustStruct(r)})
+		}
+	}
+	req.RequiredResources[RequiredOwnReplicas] = own
+	req.RequiredResources[RequiredUncountedReplicas] = uncounted
+	return req
 }
 
 // Request is the RunFunctionRequest Crossplane sends once it resolved the

@@ -72,6 +72,7 @@ func Replica(xr *v1alpha1.ModelDeployment, p scheduling.Placement) *v1alpha1.Mod
 			Serving:     spec.Serving,
 		},
 	}
+	r.Metadata.Labels[v1alpha1.LabelCounted] = strconv.FormatBool(p.Counted)
 	if spec.ModelCacheRef != nil {
 		r.Spec.ModelCacheRef = &v1alpha1.LocalRef{Name: spec.ModelCacheRef.Name}
 	}

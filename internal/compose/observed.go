@@ -1,9 +1,12 @@
 package compose
 
 import (
+	"maps"
 	"strings"
 
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 )
 
 // Prefixes of the composed-resource keys of a replica's ModelReplica and
@@ -38,6 +41,23 @@ func IsReady(s *structpb.Struct) bool {
 		}
 	}
 	return false
+}
+
+// ReplicaFromObserved keeps what is composed of a ModelReplica kept as
+// observed, as DesiredFromObserved does, but labels it not counted: what it
+// was labelled when last composed may be stale, and a replica labelled not
+// counted is never missed (docs/spec.md#narrow-requests).
+func ReplicaFromObserved(s *structpb.Struct) *structpb.Struct {
+	out := DesiredFromObserved(s)
+	md := out.GetFields()["metadata"].GetStructValue()
+	fields := maps.Clone(md.GetFields()["labels"].GetStructValue().GetFields())
+	if fields == nil {
+		fields = map[string]*structpb.Value{}
+	}
+	fields[v1alpha1.LabelCounted] = structpb.NewStringValue("false")
+	labels := &structpb.Struct{Fields: fields}
+	md.Fields["labels"] = structpb.NewStructValue(labels)
+	return out
 }
 
 // DesiredFromObserved keeps what is composed of an object: its type, name,

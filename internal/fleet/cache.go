@@ -60,6 +60,9 @@ type observedReplica struct {
 	namespace, deployment, cluster string
 	scheduledAt                    time.Time
 	scheduled, deleting            bool
+	// labelled is whether it carries the counted label, and real whether
+	// it has a uid and a resourceVersion, as an API server's objects do.
+	labelled, real bool
 }
 
 func newObservedReplica(o *v1alpha1.ModelReplica) *observedReplica {
@@ -69,6 +72,8 @@ func newObservedReplica(o *v1alpha1.ModelReplica) *observedReplica {
 		cluster:    o.Spec.ClusterName,
 		deleting:   o.Metadata.DeletionTimestamp != nil,
 	}
+	_, r.labelled = o.Metadata.Labels[v1alpha1.LabelCounted]
+	r.real = o.Metadata.UID != ""
 	r.replica, r.finding = observation.Replica(o)
 	if r.replica.ScheduledSince != nil {
 		r.scheduledAt, r.scheduled = *r.replica.ScheduledSince, true

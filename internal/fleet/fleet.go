@@ -47,6 +47,14 @@ type Fleet struct {
 	// of them.
 	Warnings []string
 
+	// Unlabelled is how many of the replicas read carry no counted label
+	// (composed by Modelplane v0.3, or by a version of this function before
+	// it), and Fixtures how many carry no uid, as a render fixture's
+	// objects do: a fleet may be read narrowly only once a whole one of
+	// API objects has been read with none unlabelled
+	// (docs/spec.md#narrow-requests).
+	Unlabelled, Fixtures int
+
 	// all are every replica read, and shown indexes them by name, made
 	// when first asked.
 	all   []entry
@@ -113,7 +121,7 @@ type entry struct {
 }
 
 // Read reads the fleet for a deployment, and judges the pool reports at
-// now. Nothing one object holds stops the rest from being read: an
+// now: ReadClusters, then ReadReplicas. Nothing one object holds stops the rest from being read: an
 // InferenceCluster that does not read takes no new replicas, and the
 // deployment's replicas on it are kept as observed; a ModelReplica that
 // does not read is the deployment's, kept as observed, or another's,
@@ -121,25 +129,42 @@ type entry struct {
 // warning that names the object and the field. The error is for items the
 // wire does not frame.
 func (r *Reader) Read(clusters, replicas Items, xr *v1alpha1.ModelDeployment, now time.Time, maxAge time.Duration) (*Fleet, error) {
+	fl, err := r.ReadClusters(clusters, now, maxAge)
+	if err != nil {
+		return nil, err
+	}
+	return fl, r.ReadReplicas(fl, replicas, xr)
+}
+
+// ReadClusters reads the InferenceClusters, and judges their pool reports
+// at now: a fleet without replicas yet. An InferenceCluster that does not
+// read takes no new replicas, and is warned of.
+func (r *Reader) ReadClusters(clusters Items, now time.Time, maxAge time.Duration) (*Fleet, error) {
 	var sr structReader
 	out := &Fleet{}
 	read, unreadable, err := r.readClusters(&sr, clusters, out)
 	if err != nil {
 		return nil, err
 	}
-	names := make(map[string]bool, len(read)+len(unreadable))
-	for _, c := range read {
-		names[c.Object().Metadata.Name] = true
-	}
-	for _, c := range unreadable {
+	out.Clusters, out.Pools = observation.Judge(read, now, maxAge)
+	out.Clusters = append(out.Clusters, unreadable...)
+	return out, nil
+}
+
+// ReadReplicas reads the fleet's ModelReplicas for a deployment into a
+// fleet ReadClusters read. A ModelReplica that does not read is the
+// deployment's, kept as observed, or another's, charged conservatively
+// (scheduling.Replica.Unreadable), and is warned of.
+func (r *Reader) ReadReplicas(out *Fleet, replicas Items, xr *v1alpha1.ModelDeployment) error {
+	var sr structReader
+	names := make(map[string]bool, len(out.Clusters))
+	for _, c := range out.Clusters {
 		names[c.Object.Metadata.Name] = true
 	}
 	entries, err := r.readReplicas(&sr, replicas, xr, names, out)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out.Clusters, out.Pools = observation.Judge(read, now, maxAge)
-	out.Clusters = append(out.Clusters, unreadable...)
 	if len(out.Clusters) == 0 {
 		// With no cluster there is nothing to charge: no engine is read, and
 		// only the replicas that did not read are kept, to stay as observed.
@@ -148,11 +173,11 @@ func (r *Reader) Read(clusters, replicas Items, xr *v1alpha1.ModelDeployment, no
 				out.Replicas = append(out.Replicas, e.replica)
 			}
 		}
-		return out, nil
+		return nil
 	}
 	out.Replicas, out.Findings = out.readPins(entries)
 	out.all = entries
-	return out, nil
+	return nil
 }
 
 // readClusters reads every InferenceCluster with its pool reports. One that
@@ -209,6 +234,7 @@ func (r *Reader) readReplicas(sr *structReader, items Items, xr *v1alpha1.ModelD
 		observed, spec, err := sr.readReplica(item, cache, call)
 		var e entry
 		if err == nil {
+			fl.count(observed.labelled, observed.real)
 			if !observed.ours(xr) && !clusters[observed.cluster] {
 				continue
 			}
@@ -220,8 +246,21 @@ func (r *Reader) readReplicas(sr *structReader, items Items, xr *v1alpha1.ModelD
 		}
 		if err != nil {
 			e = fl.unreadableReplica(sr, item, xr, err)
+			_, labelled := e.replica.Object.Metadata.Labels[v1alpha1.LabelCounted]
+			fl.count(labelled, true)
 		}
 		entries = append(entries, e)
+	}
+}
+
+// count counts a replica read: whether it carries the counted label, and
+// whether it is an API object.
+func (fl *Fleet) count(labelled, apiObject bool) {
+	if !labelled {
+		fl.Unlabelled++
+	}
+	if !apiObject {
+		fl.Fixtures++
 	}
 }
 

@@ -30,10 +30,15 @@ func (r *structReader) readReplica(s []byte, cache *replicaCache, call uint64) (
 	r.enter("metadata", notAnElement)
 	out.Metadata.Name = r.unique(meta[0], keyName)
 	out.Metadata.Namespace = r.str(meta[1], "namespace")
+	if meta[3].Kind == wire.KindString {
+		// Read only to tell an API server's objects from a fixture's: a uid
+		// of another type is the cache key's business, not a defect here.
+		out.Metadata.UID = string(meta[3].Raw)
+	}
 	// Only the two labels the scheduler reads, not a copy of them all.
 	if labels := r.object(meta[2], "labels"); labels != nil {
 		r.enter("labels", notAnElement)
-		labelKeys := [...]string{v1alpha1.LabelDeployment, v1alpha1.LabelReplicaIndex}
+		labelKeys := [...]string{v1alpha1.LabelDeployment, v1alpha1.LabelReplicaIndex, v1alpha1.LabelCounted}
 		var vals [len(labelKeys)]wire.Value
 		labels.Fields(labelKeys[:], vals[:])
 		out.Metadata.Labels = make(map[string]string, len(labelKeys))
@@ -199,8 +204,11 @@ func (r *structReader) partialReplica(s []byte) (rep *v1alpha1.ModelReplica, clu
 	}
 	r.start()
 	md := r.object(wire.Object(s).Get("metadata"), "metadata")
-	if index := r.str(r.object(md.Get("labels"), "labels").Get(v1alpha1.LabelReplicaIndex), v1alpha1.LabelReplicaIndex); r.err == nil && index != "" {
-		rep.Metadata.Labels[v1alpha1.LabelReplicaIndex] = index
+	labels := r.object(md.Get("labels"), "labels")
+	for _, k := range []string{v1alpha1.LabelReplicaIndex, v1alpha1.LabelCounted} {
+		if v := r.str(labels.Get(k), k); r.err == nil && v != "" {
+			rep.Metadata.Labels[k] = v
+		}
 	}
 	r.start()
 	spec := r.object(wire.Object(s).Get("spec"), "spec")

@@ -122,7 +122,7 @@ func pools(u *unstructured.Unstructured) int {
 }
 
 // replicaName is Modelplane's name of a deployment's replica on a cluster
-// (CONTRACT 3), written here from the contract, not from the function's code.
+// (docs/spec.md#composed-modelendpoints), written here from the specification, not from the function's code.
 func replicaName(deployment, cluster string, index int) string {
 	sum := sha256.Sum256([]byte(deployment + "-" + cluster + "-" + strconv.Itoa(index)))
 	return strings.TrimRight(deployment[:min(len(deployment), 57)], "-") + "-" + hex.EncodeToString(sum[:])[:5]
@@ -138,7 +138,8 @@ type replica struct {
 }
 
 // placed is the ModelReplica example/xr.yaml's qwen3-8b expects at
-// (cluster, index): one Standalone member on pool l4, claiming one L4.
+// (cluster, index): one Standalone member on pool l4, claiming one L4; not
+// counted by any report, since no agent relays its pods' PodsScheduled.
 func placed(cluster string, index int) replica {
 	labels := map[string]string{
 		"team":                        "ml-team",
@@ -146,6 +147,7 @@ func placed(cluster string, index int) replica {
 		"modelplane.ai/deployment":    "qwen3-8b",
 		"modelplane.ai/cluster":       cluster,
 		"modelplane.ai/replica-index": strconv.Itoa(index),
+		labelCounted:                  "false",
 	}
 	if cluster == "gke-us-central" { // its spec.placement.metadata.labels
 		labels["fleet.example.com/cost-center"] = "gpu-gcp"

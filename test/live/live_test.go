@@ -146,6 +146,11 @@ func TestModelDeploymentOnALiveControlPlane(t *testing.T) {
 	}) {
 		return
 	}
+	if !t.Run("every replica labelled, calls go narrow; a stale report sends them back to the whole fleet", func(t *testing.T) {
+		cp.narrowCalls(t, fl)
+	}) {
+		return
+	}
 	if !t.Run("an agent report ages past observationMaxAge with no other change: CapacityObserved turns False on the response TTL", func(t *testing.T) {
 		// Longer from now than the longest TTL, so that the function
 		// sees the report fresh at least once and sets the TTL by it.
@@ -308,11 +313,14 @@ type endpointView struct {
 }
 
 // endpoint is the ModelEndpoint of qwen3-8b's replica at (cluster, index),
-// routed through the cluster's gateway host (CONTRACT 3).
+// routed through the cluster's gateway host (docs/spec.md#composed-modelendpoints),
+// labelled as the replica but for the counted label, a replica's alone.
 func endpoint(cluster string, index int, host string) endpointView {
 	name := replicaName(deployment, cluster, index)
 	path := "/" + namespace + "/" + name + "/"
-	return endpointView{Name: name, URL: "http://" + host + path + "v1", RewritePath: path, Labels: placed(cluster, index).Labels}
+	labels := placed(cluster, index).Labels
+	delete(labels, labelCounted)
+	return endpointView{Name: name, URL: "http://" + host + path + "v1", RewritePath: path, Labels: labels}
 }
 
 // waitEndpoints waits until the deployment's ModelEndpoints are exactly want.

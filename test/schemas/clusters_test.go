@@ -13,7 +13,7 @@ import (
 const kindCluster = "InferenceCluster"
 
 // shippedXRD is the InferenceCluster XRD extended with the agent's report
-// (CONTRACT 2.3), which users apply in place of Modelplane v0.3's.
+// (docs/spec.md#pool-reports), which users apply in place of Modelplane v0.3's.
 const shippedXRD = "deploy/inferenceclusters.yaml"
 
 // agentFields are the fields of a pool the cluster agent publishes.

@@ -1,4 +1,17 @@
-package main
+// Package server serves a function as function.Serve (function-sdk-go
+// v0.7.1) serves it, which takes no gRPC server options, plus two: the
+// request codec, for this server only, and a cap on the calls in flight on
+// each connection.
+//
+// gRPC reads a whole request before the handler runs, so a cap inside the
+// handler would bound nothing: a request carrying a large fleet is tens of
+// MiB, and Crossplane's default reconcile concurrency sends a hundred at
+// once (docs/fnload.md measures what that costs). The cap is HTTP/2's
+// stream quota (SETTINGS_MAX_CONCURRENT_STREAMS): a gRPC client does not
+// open a stream over it, and waits for one to close, up to its call's
+// deadline, before sending a byte, so a burst queues in the client instead
+// of arriving.
+package server
 
 import (
 	"context"
@@ -23,23 +36,11 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 )
 
-// The function is served as function.Serve (function-sdk-go v0.7.1) serves
-// it, which takes no gRPC server options, plus two: the request codec, for
-// this server only, and a cap on the calls in flight on each connection.
-// gRPC reads a whole request before the handler runs, so a cap inside the
-// handler would bound nothing: at 10,000 ModelReplicas each request is
-// 37 MiB, and 100 of them at once (Crossplane's default reconcile
-// concurrency) took the server to 10 GiB (median of 3 runs, 8.4 to 13.8;
-// docs/fnload.md). The cap is HTTP/2's stream quota
-// (SETTINGS_MAX_CONCURRENT_STREAMS): a gRPC client does not open a stream
-// over it, and waits for one to close, up to its call's deadline, before
-// sending a byte, so a burst queues in the client instead of arriving.
-
-// serveOptions are function.Serve's defaults with opts applied, so that
+// Options are function.Serve's defaults with opts applied, so that
 // every ServeOption of the SDK (Listen, MTLSCertificates, Insecure,
 // MaxRecvMessageSize, WithMetricsServer, ...) means here what it means
 // there.
-func serveOptions(opts ...function.ServeOption) (*function.ServeOptions, error) {
+func Options(opts ...function.ServeOption) (*function.ServeOptions, error) {
 	registry, ok := prometheus.DefaultRegisterer.(*prometheus.Registry)
 	if !ok {
 		return nil, errors.New("cannot serve metrics: the default Prometheus registerer is not a registry")
@@ -62,10 +63,10 @@ func serveOptions(opts ...function.ServeOption) (*function.ServeOptions, error) 
 	return so, nil
 }
 
-// newServer is the gRPC server function.Serve builds, with the request
+// New is the gRPC server function.Serve builds, with the request
 // codec and at most streams calls in flight per connection (0: no cap),
 // its Prometheus metrics registered when so asks for them.
-func newServer(so *function.ServeOptions, requests *codec.Codec, fn fnv1.FunctionRunnerServiceServer, streams uint32) *grpc.Server {
+func New(so *function.ServeOptions, requests *codec.Codec, fn fnv1.FunctionRunnerServiceServer, streams uint32) *grpc.Server {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(so.MaxRecvMsgSize),
 		grpc.Creds(so.Credentials),
@@ -93,9 +94,9 @@ func newServer(so *function.ServeOptions, requests *codec.Codec, fn fnv1.Functio
 	return srv
 }
 
-// listenAndServe listens where so says, serves srv there and the Prometheus metrics
+// ListenAndServe listens where so says, serves srv there and the Prometheus metrics
 // at so.MetricsAddress, and blocks until the gRPC server stops.
-func listenAndServe(log logging.Logger, so *function.ServeOptions, srv *grpc.Server) error {
+func ListenAndServe(log logging.Logger, so *function.ServeOptions, srv *grpc.Server) error {
 	lis, err := (&net.ListenConfig{}).Listen(context.Background(), so.Network, so.Address)
 	if err != nil {
 		return fmt.Errorf("cannot listen for %s connections at address %q: %w", so.Network, so.Address, err)

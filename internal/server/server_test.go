@@ -1,7 +1,8 @@
-package main
+package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -26,9 +27,8 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/crossplane/function-sdk-go/proto/v1beta1"
 
+	"github.com/modelplaneai/fleet-scheduler/internal/benchfleet"
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
-	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
-	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
 // freeAddress is a loopback address no one listens on, for now.
@@ -52,43 +52,60 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 	return conn
 }
 
-// TestServe serves the function as main.go does, on loopback, and calls
+// echo answers a call with its request's tag, and how many clusters its
+// request carried, read through the request codec.
+type echo struct {
+	fnv1.UnimplementedFunctionRunnerServiceServer
+}
+
+func (echo) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
+	n := 0
+	for items := codec.ItemsOf(req.GetRequiredResources()["clusters"]); ; n++ {
+		_, ok, err := items.Next()
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			break
+		}
+	}
+	return &fnv1.RunFunctionResponse{Meta: &fnv1.ResponseMeta{Tag: fmt.Sprintf("%s: %d clusters", req.GetMeta().GetTag(), n)}}, nil
+}
+
+// TestServe serves a function on loopback, as main.go does, and calls
 // everything function.Serve would serve: RunFunction in v1 and v1beta1
 // through the request codec, server reflection, and the Prometheus metrics
 // of the calls.
 func TestServe(t *testing.T) {
 	addr, metricsAddr := freeAddress(t), freeAddress(t)
-	so, err := serveOptions(
+	so, err := Options(
 		function.Listen("tcp", addr),
 		function.Insecure(true),
-		function.MaxRecvMessageSize(defaultMaxRecvMessageSizeMB<<20),
+		function.MaxRecvMessageSize(64<<20),
 		function.WithMetricsServer(metricsAddr),
 		// The process's default registry takes one server's metrics only.
 		function.WithMetricsRegistry(prometheus.NewRegistry()))
 	if err != nil {
-		t.Fatalf("serveOptions(...): %v", err)
+		t.Fatalf("Options(...): %v", err)
 	}
-	requests := codec.New(requiredClusters, requiredReplicas)
-	fn := &Function{log: logging.NewNopLogger(), now: func() time.Time { return benchNow }, fleet: fleet.NewReader(), selectors: scheduling.NewSelectors()}
-	srv := newServer(so, requests, fn, defaultMaxConcurrentStreams)
+	requests := codec.New("clusters", "all-replicas")
+	srv := New(so, requests, echo{}, 4)
 	served := make(chan error, 1)
-	go func() { served <- listenAndServe(logging.NewNopLogger(), so, srv) }()
+	go func() { served <- ListenAndServe(logging.NewNopLogger(), so, srv) }()
 	defer func() {
 		srv.Stop()
 		if err := <-served; err != nil {
-			t.Errorf("listenAndServe(...): %v", err)
+			t.Errorf("ListenAndServe(...): %v", err)
 		}
 	}()
 	conn := dial(t, addr)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 
-	clusters, replicas := benchFleet(200)
-	req := fleetRequest(benchDeployment(), clusters, replicas, nil)
-	want, err := (&Function{log: logging.NewNopLogger(), now: func() time.Time { return benchNow }}).RunFunction(ctx, proto.CloneOf(req))
-	if err != nil {
-		t.Fatalf("in process RunFunction(...): %v", err)
-	}
+	clusters, replicas := benchfleet.Fleet(200)
+	req := benchfleet.Request(benchfleet.Deployment("qwen"), clusters, replicas, nil)
+	req.Meta.Tag = "call"
+	want := &fnv1.RunFunctionResponse{Meta: &fnv1.ResponseMeta{Tag: fmt.Sprintf("call: %d clusters", len(clusters))}}
 
 	t.Run("v1 RunFunction, through the request codec", func(t *testing.T) {
 		got, err := fnv1.NewFunctionRunnerServiceClient(conn).RunFunction(ctx, req, grpc.WaitForReady(true))
@@ -195,9 +212,9 @@ func TestServeOptions(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err := serveOptions(tc.opts...)
+			_, err := Options(tc.opts...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("%s\nserveOptions(...): want an error containing %q, got %v", tc.reason, tc.want, err)
+				t.Errorf("%s\nOptions(...): want an error containing %q, got %v", tc.reason, tc.want, err)
 			}
 		})
 	}
@@ -258,12 +275,12 @@ func (b *blocking) RunFunction(ctx context.Context, req *fnv1.RunFunctionRequest
 // request unsent, until a call in flight ends or its own deadline passes:
 // queued, never refused, and its bytes never reach the server meanwhile.
 func TestMaxConcurrentStreams(t *testing.T) {
-	so, err := serveOptions(function.Insecure(true), function.MaxRecvMessageSize(64<<20), function.WithMetricsServer(""))
+	so, err := Options(function.Insecure(true), function.MaxRecvMessageSize(64<<20), function.WithMetricsServer(""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	fn := &blocking{entered: make(chan struct{}, 8), release: make(chan struct{})}
-	srv := newServer(so, codec.New(requiredClusters, requiredReplicas), fn, 1)
+	srv := New(so, codec.New("clusters", "all-replicas"), fn, 1)
 	lis, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -288,8 +305,8 @@ func TestMaxConcurrentStreams(t *testing.T) {
 	<-fn.entered
 
 	// A request of 8 MiB, over the cap: it waits, and is not sent.
-	clusters, replicas := benchFleet(2_000)
-	big := fleetRequest(benchDeployment(), clusters, replicas, nil)
+	clusters, replicas := benchfleet.Fleet(2_000)
+	big := benchfleet.Request(benchfleet.Deployment("qwen"), clusters, replicas, nil)
 	big.Meta.Tag = "queued"
 	before := read.Load()
 	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)

@@ -1,0 +1,660 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/crossplane/function-sdk-go/logging"
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
+	"github.com/modelplaneai/fleet-scheduler/internal/assume"
+	"github.com/modelplaneai/fleet-scheduler/internal/codec"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/plan"
+	"github.com/modelplaneai/fleet-scheduler/observation"
+	"github.com/modelplaneai/fleet-scheduler/scheduling"
+	"github.com/modelplaneai/fleet-scheduler/sim"
+	"github.com/modelplaneai/fleet-scheduler/sim/caller"
+)
+
+// narrowing is a server that read a fleet of API objects whole, every
+// ModelReplica labelled, for the deployment of uid at t: its next calls for
+// it may read narrowly.
+func narrowing(uid string, t time.Time) *plan.Narrowing {
+	n := plan.NewNarrowing(plan.DefaultFullEvery)
+	n.ReadWhole(uid, 0, 0, t)
+	n.Answered(uid, nil)
+	return n
+}
+
+// askedFor are the names of the required resources a response asks for.
+func askedFor(rsp *fnv1.RunFunctionResponse) []string {
+	var names []string
+	for name := range rsp.GetRequirements().GetResources() {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// answered is whether a response is an answer rather than only
+// requirements: it sets conditions.
+func answered(rsp *fnv1.RunFunctionResponse) bool { return len(rsp.GetConditions()) > 0 }
+
+// narrowRequest is a request that carries what a narrow iteration asks
+// for: the deployment's own replicas and the uncounted ones, by their
+// labels, as Crossplane would select them from the fleet given.
+func narrowRequest(t *testing.T, req *fnv1.RunFunctionRequest, xr *v1alpha1.ModelDeployment) *fnv1.RunFunctionRequest {
+	t.Helper()
+	out := proto.CloneOf(req)
+	all := out.GetRequiredResources()[requiredReplicas]
+	delete(out.GetRequiredResources(), requiredReplicas)
+	own, uncounted := &fnv1.Resources{}, &fnv1.Resources{}
+	for _, item := range all.GetItems() {
+		md := item.GetResource().GetFields()["metadata"].GetStructValue().GetFields()
+		labels := md["labels"].GetStructValue().GetFields()
+		if labels[v1alpha1.LabelDeployment].GetStringValue() == xr.Metadata.Name && md["namespace"].GetStringValue() == xr.Metadata.Namespace {
+			own.Items = append(own.Items, item)
+		}
+		if l, ok := labels[v1alpha1.LabelCounted]; ok && l.GetStringValue() == "false" {
+			uncounted.Items = append(uncounted.Items, item)
+		}
+	}
+	out.RequiredResources[requiredOwnReplicas] = own
+	out.RequiredResources[requiredUncountedReplicas] = uncounted
+	return out
+}
+
+func TestNarrowHandshake(t *testing.T) {
+	at := now
+	xr := fx.Deployment("m").Engines(fx.Standalone("main", fx.GPURequest(1))).Obj()
+	xr.Metadata.UID = "uid-m"
+	usable := fx.Cluster("a").Pools(fx.Pool("p", 2).Devices(fx.GPU("gpu", 4, "80Gi")).Observed(at.Add(-time.Minute), 2, fx.NodesFree(2, "gpu", 4)).Obj()).Obj()
+	stale := fx.Cluster("a").Pools(fx.Pool("p", 2).Devices(fx.GPU("gpu", 4, "80Gi")).Observed(at.Add(-time.Hour), 2, fx.NodesFree(2, "gpu", 4)).Obj()).Obj()
+	other := fx.Replica("o", "a", 0).Engines(fx.PinnedStandalone("main", "p", fx.Stamped(1))).Obj()
+	other.Metadata.Labels[v1alpha1.LabelCounted] = "false"
+	carrying := func(names ...string) *fnv1.RunFunctionRequest {
+		req := request(t, xr, []any{usable}, []any{other})
+		carried := map[string]*fnv1.Resources{requiredClusters: req.GetRequiredResources()[requiredClusters]}
+		for _, n := range names {
+			carried[n] = &fnv1.Resources{Items: []*fnv1.Resource{{Resource: toStruct(t, other)}}}
+		}
+		req.RequiredResources = carried
+		return req
+	}
+	type want struct {
+		askedFor []string
+		answered bool
+	}
+	cases := map[string]struct {
+		reason string
+		n      *plan.Narrowing
+		req    *fnv1.RunFunctionRequest
+		want   want
+	}{
+		"FirstIterationNarrow": {
+			reason: "A server that read a labelled fleet whole asks narrowly from the first iteration, before any cluster is carried.",
+			n:      narrowing("uid-m", at),
+			req:    &fnv1.RunFunctionRequest{Observed: request(t, xr, nil, nil).GetObserved()},
+			want:   want{askedFor: []string{requiredClusters, requiredOwnReplicas, requiredUncountedReplicas}},
+		},
+		"NarrowResolved": {
+			reason: "With the clusters' every pool usable and the narrow lists carried, it answers.",
+			n:      narrowing("uid-m", at),
+			req:    carrying(requiredOwnReplicas, requiredUncountedReplicas),
+			want:   want{askedFor: []string{requiredClusters, requiredOwnReplicas, requiredUncountedReplicas}, answered: true},
+		},
+		"StalePoolGoesFull": {
+			reason: "A stale pool carried sends the call back to the whole fleet: it asks again, and answers nothing yet.",
+			n:      narrowing("uid-m", at),
+			req: func() *fnv1.RunFunctionRequest {
+				req := carrying(requiredOwnReplicas, requiredUncountedReplicas)
+				req.RequiredResources[requiredClusters] = resources(t, stale)
+				return req
+			}(),
+			want: want{askedFor: []string{requiredReplicas, requiredClusters}},
+		},
+		"OnceFullStaysFull": {
+			reason: "An iteration that carries the whole fleet stays full, though every pool is usable now.",
+			n:      narrowing("uid-m", at),
+			req:    carrying(requiredReplicas),
+			want:   want{askedFor: []string{requiredReplicas, requiredClusters}, answered: true},
+		},
+		"NewServerReadsWhole": {
+			reason: "A server just started (or restarted) knows no labels: it reads the fleet whole.",
+			n:      plan.NewNarrowing(plan.DefaultFullEvery),
+			req:    carrying(requiredOwnReplicas, requiredUncountedReplicas),
+			want:   want{askedFor: []string{requiredReplicas, requiredClusters}},
+		},
+		"NoNarrowRequests": {
+			reason: "--no-narrow-requests always reads the fleet whole.",
+			req:    carrying(requiredReplicas),
+			want:   want{askedFor: []string{requiredReplicas, requiredClusters}, answered: true},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return at }, narrowing: tc.n}
+			rsp, err := f.RunFunction(context.Background(), tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := want{askedFor: askedFor(rsp), answered: answered(rsp)}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("%s\nRunFunction(...): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+// TestNarrowLearnsFromWholeFleets: a server narrows only after a whole
+// fleet it read was labelled throughout, and a whole fleet with one
+// unlabelled replica (Modelplane v0.3's) stops every deployment's narrow
+// calls until a whole fleet is labelled again.
+func TestNarrowLearnsFromWholeFleets(t *testing.T) {
+	at := now
+	xr := fx.Deployment("m").Engines(fx.Standalone("main", fx.GPURequest(1))).Obj()
+	xr.Metadata.UID = "uid-m"
+	cluster := fx.Cluster("a").Pools(fx.Pool("p", 2).Devices(fx.GPU("gpu", 4, "80Gi")).Observed(at.Add(-time.Minute), 2, fx.NodesFree(2, "gpu", 4)).Obj()).Obj()
+	replica := func(deployment string, labelled bool) *v1alpha1.ModelReplica {
+		r := fx.Replica(deployment, "a", 0).Engines(fx.PinnedStandalone("main", "p", fx.Stamped(1))).Obj()
+		r.Metadata.UID, r.Metadata.ResourceVersion = "uid-"+deployment, "1"
+		if labelled {
+			r.Metadata.Labels[v1alpha1.LabelCounted] = "false"
+		}
+		return r
+	}
+	f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return at }, narrowing: plan.NewNarrowing(plan.DefaultFullEvery)}
+	call := func(replicas ...any) []string {
+		t.Helper()
+		rsp, err := f.RunFunction(context.Background(), request(t, xr, []any{cluster}, replicas))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !answered(rsp) {
+			t.Fatalf("the whole-fleet call did not answer: it asks for %v", askedFor(rsp))
+		}
+		// The next call's first iteration says what the server now knows.
+		first, err := f.RunFunction(context.Background(), &fnv1.RunFunctionRequest{Observed: request(t, xr, nil, nil).GetObserved()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return askedFor(first)
+	}
+	full := []string{requiredReplicas, requiredClusters}
+	narrow := []string{requiredClusters, requiredOwnReplicas, requiredUncountedReplicas}
+	steps := []struct {
+		reason   string
+		replicas []any
+		want     []string
+	}{
+		{"A whole fleet with an unlabelled replica: the next call reads whole again.", []any{replica("v03", false), replica("o", true)}, full},
+		{"A whole fleet labelled throughout: the next call may read narrowly.", []any{replica("o", true)}, narrow},
+		{"One unlabelled replica appears in a whole read: full again.", []any{replica("o", true), replica("v03", false)}, full},
+	}
+	for i, s := range steps {
+		if got := call(s.replicas...); !slices.Equal(got, s.want) {
+			t.Errorf("step %d: %s\nthe next call asks for %v, want %v", i, s.reason, got, s.want)
+		}
+	}
+}
+
+// labelCurrent labels every replica of a random request as its own
+// deployment's last call would have, read independently of the function:
+// counted when it reads whole, its cluster is one of the call's (once),
+// and every pool its engines are pinned to there has a usable report
+// (observation's judgement, as the call makes it) that became scheduled
+// strictly before it was observed.
+func labelCurrent(t *testing.T, req *fnv1.RunFunctionRequest, maxAge time.Duration, at time.Time) {
+	t.Helper()
+	clusters := map[string][]*v1alpha1.InferenceCluster{}
+	for _, item := range req.GetRequiredResources()[requiredClusters].GetItems() {
+		var c v1alpha1.InferenceCluster
+		if decodeInto(item.GetResource(), &c) != nil {
+			// A cluster that does not decode: none of its replicas is counted.
+			clusters[item.GetResource().GetFields()["metadata"].GetStructValue().GetFields()["name"].GetStringValue()] = nil
+			continue
+		}
+		clusters[c.Metadata.Name] = append(clusters[c.Metadata.Name], &c)
+	}
+	for _, item := range req.GetRequiredResources()[requiredReplicas].GetItems() {
+		counted := false
+		var r v1alpha1.ModelReplica
+		if decodeInto(item.GetResource(), &r) == nil {
+			read, finding := observation.Replica(&r)
+			if cs := clusters[r.Spec.ClusterName]; len(cs) == 1 && finding == nil && read.ScheduledSince != nil {
+				judged, _ := observation.Clusters(cs, at, maxAge)
+				counted = len(r.Pools()) > 0 && len(judged) == 1
+				for _, pool := range r.Pools() {
+					obs := judged[0].Observed[pool]
+					counted = counted && obs != nil && scheduling.Counted(read.ScheduledSince, obs.ObservedAt)
+				}
+				for _, e := range r.Spec.Engines {
+					for _, m := range e.Members {
+						counted = counted && m.NodePoolName != ""
+					}
+				}
+			}
+		}
+		labels := item.GetResource().GetFields()["metadata"].GetStructValue().GetFields()["labels"].GetStructValue()
+		labels.Fields[v1alpha1.LabelCounted] = structpb.NewStringValue(strconv.FormatBool(counted))
+	}
+}
+
+// decodeInto decodes a Struct as the API server would give the object.
+func decodeInto(s *structpb.Struct, out any) error {
+	b, err := s.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, out)
+}
+
+// everyPoolUsable is the narrow rule's test of the clusters a request
+// carries, read independently of the function: every cluster decodes, and
+// every pool of each has a usable report.
+func everyPoolUsable(req *fnv1.RunFunctionRequest, maxAge time.Duration, at time.Time) bool {
+	for _, item := range req.GetRequiredResources()[requiredClusters].GetItems() {
+		var c v1alpha1.InferenceCluster
+		if decodeInto(item.GetResource(), &c) != nil {
+			return false
+		}
+		_, pools := observation.Clusters([]*v1alpha1.InferenceCluster{&c}, at, maxAge)
+		for _, p := range pools {
+			if p.State != observation.Usable {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// maxAgeOf is the observationMaxAge a random request's input sets.
+func maxAgeOf(req *fnv1.RunFunctionRequest) (time.Duration, bool) {
+	if req.GetInput() == nil {
+		return 5 * time.Minute, true
+	}
+	var in v1beta1.Input
+	if decodeInto(req.GetInput(), &in) != nil {
+		return 0, false
+	}
+	s, err := plan.Read(&in)
+	return s.ObservationMaxAge, err == nil
+}
+
+// TestNarrowCallsAnswerAsFull: over random fleets whose labels are
+// current, a narrow call answers byte for byte what the same call given
+// the whole fleet answers, but for what it asks for; where a pool of the
+// clusters is not usable, it asks for the whole fleet instead. Most fleets
+// here have usable reports throughout, so that most calls go narrow; the
+// rest are fleetGen's usual mix. At least 10,000 calls answer narrowly.
+func TestNarrowCallsAnswerAsFull(t *testing.T) {
+	n, atLeast := 16_000, 10_000
+	if testing.Short() {
+		n, atLeast = 1_600, 1_000
+	}
+	g := &fleetGen{rng: rand.New(rand.NewPCG(21, 47))}
+	deterministic := proto.MarshalOptions{Deterministic: true}
+	var narrowed, refused, unresolved int
+	for i := range n {
+		if i%4 == 0 {
+			g.usable = g.p(0.8)
+			g.newEpisode()
+		} else {
+			g.evolve()
+		}
+		g.xr["metadata"].(map[string]any)["uid"] = "xr-uid"
+		req := g.build()
+		if req.GetRequiredResources()[requiredReplicas] == nil {
+			continue
+		}
+		clock := g.now
+		maxAge, ok := maxAgeOf(req)
+		if !ok {
+			continue // a bad input is Fatal, before anything is asked for
+		}
+		labelCurrent(t, req, maxAge, clock)
+		var xr v1alpha1.ModelDeployment
+		if decodeInto(req.GetObserved().GetComposite().GetResource(), &xr) != nil {
+			continue
+		}
+		full := &Function{log: logging.NewNopLogger(), now: func() time.Time { return clock }}
+		want, err := full.RunFunction(context.Background(), proto.CloneOf(req))
+		if err != nil {
+			t.Fatal(err)
+		}
+		narrow := &Function{log: logging.NewNopLogger(), now: func() time.Time { return clock }, narrowing: narrowing("xr-uid", clock)}
+		got, err := narrow.RunFunction(context.Background(), narrowRequest(t, req, &xr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case slices.Contains(askedFor(got), requiredReplicas):
+			refused++
+			if everyPoolUsable(req, maxAge, clock) {
+				t.Fatalf("request %d: every pool is usable, yet the call asks for the whole fleet", i)
+			}
+			if answered(got) {
+				t.Fatalf("request %d: a call that asks for the whole fleet answered before it had it", i)
+			}
+			continue
+		case !answered(got):
+			unresolved++ // waiting for the cache, as the full call is
+		default:
+			narrowed++
+			if !everyPoolUsable(req, maxAge, clock) {
+				t.Fatalf("request %d: a pool is not usable, yet the call answered narrowly", i)
+			}
+		}
+		want.Requirements, got.Requirements = nil, nil
+		wb, _ := deterministic.Marshal(want)
+		gb, _ := deterministic.Marshal(got)
+		if !bytes.Equal(wb, gb) {
+			t.Fatalf("request %d: narrow and full answers differ: -full, +narrow:\n%s", i, cmp.Diff(want, got, protocmp.Transform()))
+		}
+	}
+	t.Logf("%d requests: %d answered narrowly, as the full call does; %d sent back to the whole fleet; %d waiting for their cache", n, narrowed, refused, unresolved)
+	if narrowed < atLeast || refused < n/20 {
+		t.Errorf("the generator is too narrow: %d narrow answers and %d refusals of %d", narrowed, refused, n)
+	}
+}
+
+// TestNarrowStaleLabels: what a stale label can cost, and what it cannot.
+// A replica labelled not counted that a report does count is read for
+// nothing: the answer is the full call's. A replica labelled counted that
+// no report counts (its deployment has not called since its pods moved)
+// is missed: the narrow answer is the full call's on a fleet without it,
+// so what it may overcommit is at most what that replica holds.
+func TestNarrowStaleLabels(t *testing.T) {
+	g := &fleetGen{rng: rand.New(rand.NewPCG(8, 13)), usable: true}
+	deterministic := proto.MarshalOptions{Deterministic: true}
+	compared := 0
+	for i := range 2_000 {
+		if i%4 == 0 {
+			g.newEpisode()
+		} else {
+			g.evolve()
+		}
+		g.xr["metadata"].(map[string]any)["uid"] = "xr-uid"
+		g.input = nil
+		req := g.build()
+		if req.GetRequiredResources()[requiredReplicas] == nil {
+			continue
+		}
+		clock := g.now
+		labelCurrent(t, req, 5*time.Minute, clock)
+		var xr v1alpha1.ModelDeployment
+		if decodeInto(req.GetObserved().GetComposite().GetResource(), &xr) != nil {
+			continue
+		}
+		// Stale both ways: every other deployment's counted replica is
+		// labelled not counted, or one not counted is labelled counted.
+		falseStale, trueStale := proto.CloneOf(req), proto.CloneOf(req)
+		withoutStale := proto.CloneOf(req)
+		withoutStale.RequiredResources[requiredReplicas] = &fnv1.Resources{}
+		flipped := false
+		for j, item := range req.GetRequiredResources()[requiredReplicas].GetItems() {
+			md := item.GetResource().GetFields()["metadata"].GetStructValue().GetFields()
+			ours := md["labels"].GetStructValue().GetFields()[v1alpha1.LabelDeployment].GetStringValue() == xr.Metadata.Name && md["namespace"].GetStringValue() == xr.Metadata.Namespace
+			label := func(r *fnv1.RunFunctionRequest, v string) {
+				r.GetRequiredResources()[requiredReplicas].GetItems()[j].GetResource().GetFields()["metadata"].GetStructValue().GetFields()["labels"].GetStructValue().Fields[v1alpha1.LabelCounted] = structpb.NewStringValue(v)
+			}
+			counted := md["labels"].GetStructValue().GetFields()[v1alpha1.LabelCounted].GetStringValue() == "true"
+			if !ours && counted {
+				label(falseStale, "false")
+			}
+			if !ours && !counted && !flipped && g.p(0.5) {
+				label(trueStale, "true")
+				flipped = true
+				continue
+			}
+			withoutStale.RequiredResources[requiredReplicas].Items = append(withoutStale.RequiredResources[requiredReplicas].Items, item)
+		}
+		for _, c := range []struct {
+			what         string
+			narrow, full *fnv1.RunFunctionRequest
+		}{
+			{"labelled not counted, counted", falseStale, req},
+			{"labelled counted, not counted", trueStale, withoutStale},
+		} {
+			full := &Function{log: logging.NewNopLogger(), now: func() time.Time { return clock }}
+			want, err := full.RunFunction(context.Background(), proto.CloneOf(c.full))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := &Function{log: logging.NewNopLogger(), now: func() time.Time { return clock }, narrowing: narrowing("xr-uid", clock)}
+			got, err := n.RunFunction(context.Background(), narrowRequest(t, c.narrow, &xr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !answered(got) || slices.Contains(askedFor(got), requiredReplicas) {
+				continue
+			}
+			compared++
+			want.Requirements, got.Requirements = nil, nil
+			wb, _ := deterministic.Marshal(want)
+			gb, _ := deterministic.Marshal(got)
+			if !bytes.Equal(wb, gb) {
+				t.Fatalf("request %d, a replica %s: -want, +narrow:\n%s", i, c.what, cmp.Diff(want, got, protocmp.Transform()))
+			}
+		}
+	}
+	if compared < 1_000 {
+		t.Errorf("only %d narrow answers compared: the generator is too narrow", compared)
+	}
+}
+
+// TestNarrowAssumedPlacements: a narrow call's fleet ends an assumed
+// placement once it shows the replica it stood for. One whose replica is
+// counted, and so labelled, by the time the server next calls is never in
+// a narrow fleet: it is charged on top of the report that counts it until
+// its TTL, and never after it (docs/spec.md#narrow-requests).
+func TestNarrowAssumedPlacements(t *testing.T) {
+	at := now
+	const ttl = time.Minute
+	// Two one-GPU nodes, both free at first.
+	pool := func(free int64, observedAt time.Time) *v1alpha1.InferenceCluster {
+		c := fx.Cluster("a").Pools(fx.Pool("default", 2).Devices(fx.GPU("gpu", 1, "80Gi")).
+			Observed(observedAt, 2, fx.NodesFree(free, "gpu", 1)).Obj()).Obj()
+		c.Metadata.UID, c.Metadata.ResourceVersion = "uid-a", "1"
+		return c
+	}
+	a, b := assumeXR("a"), assumeXR("b")
+	clock := at
+	f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return clock }, planner: plan.Planner{Ledger: assume.New(ttl)}, narrowing: plan.NewNarrowing(plan.DefaultFullEvery)}
+	rsp, err := f.RunFunction(context.Background(), request(t, a, []any{pool(2, at.Add(-time.Minute))}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(composed(rsp)) != 1 {
+		t.Fatalf("a placed %d replicas, want 1", len(composed(rsp)))
+	}
+	// a's replica is created and its pods scheduled at +5s; the report at
+	// +10s counts its GPU, and a's next call labels it counted, so b's
+	// narrow calls do not see it.
+	placedA := replicaFrom(t, rsp, composed(rsp)[0])
+	placedA.Metadata.UID, placedA.Metadata.ResourceVersion = "uid-ra", "1"
+	placedA.Metadata.Labels[v1alpha1.LabelCounted] = "true"
+	placedA = (&fx.ReplicaWrapper{ModelReplica: *placedA}).PodsScheduled("True", at.Add(5*time.Second)).Obj()
+	counting := pool(1, at.Add(10*time.Second))
+	for _, step := range []struct {
+		reason string
+		after  time.Duration
+		placed int
+	}{
+		{"Within the TTL, b's narrow call is charged a's assumed replica on top of the report that counts it: the one node left looks taken.", 30 * time.Second, 0},
+		{"Past the TTL the assumption has ended, and the report alone charges a's replica: b takes the node left.", ttl + 5*time.Second, 1},
+	} {
+		clock = at.Add(step.after)
+		f.narrowing.ReadWhole(b.Metadata.UID, 0, 0, clock)
+		rsp, err := f.RunFunction(context.Background(), narrowRequest(t, request(t, b, []any{counting}, []any{placedA}), b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !answered(rsp) || slices.Contains(askedFor(rsp), requiredReplicas) {
+			t.Fatalf("%s\nb's call did not answer narrowly: it asks for %v", step.reason, askedFor(rsp))
+		}
+		if got := len(composed(rsp)); got != step.placed {
+			t.Errorf("%s\nb placed %d replicas, want %d", step.reason, got, step.placed)
+		}
+	}
+}
+
+// narrowReport, when set, is where TestFleetSimNarrow writes what each run's
+// calls cost on the wire beside what they placed:
+//
+//	go test -run TestFleetSimNarrow -count 1 . -args -narrow-report "$PWD/docs/narrow-calls.md"
+var narrowReport = flag.String("narrow-report", "", "write TestFleetSimNarrow's report to this file")
+
+// clockedCaller is Crossplane calling the function over gRPC, through the
+// request codec, for the simulator's reconciles, the function's clock at
+// each reconcile's time.
+type clockedCaller struct {
+	caller *caller.Caller
+	clock  *time.Time
+}
+
+func (c clockedCaller) Reconcile(d *v1alpha1.ModelDeployment, clusters []*v1alpha1.InferenceCluster, replicas []*v1alpha1.ModelReplica, now time.Time) ([]*v1alpha1.ModelReplica, error) {
+	*c.clock = now
+	return c.caller.Reconcile(d, clusters, replicas, now)
+}
+
+// TestFleetSimNarrow runs simulated fleets twice: through the direct path,
+// and through the function served over gRPC with its request codec, where
+// Crossplane's side answers each iteration's requirements from the fleet,
+// so calls go narrow where that is safe. The fleets must be the same round
+// by round; the calls' bytes are the point.
+func TestFleetSimNarrow(t *testing.T) {
+	var scenarios []sim.Scenario
+	for _, sc := range sim.Scenarios() {
+		if sc.Name == "h100-mixed" || sc.Name == "l4-agent-silent" {
+			scenarios = append(scenarios, sc)
+		}
+	}
+	if len(scenarios) != 2 {
+		t.Fatalf("want the scenarios h100-mixed and l4-agent-silent, found %d", len(scenarios))
+	}
+	if testing.Short() {
+		scenarios = scenarios[1:]
+	}
+	var report bytes.Buffer
+	report.WriteString(narrowReportHead)
+	for _, sc := range scenarios {
+		t.Run(sc.Name, func(t *testing.T) {
+			m := sim.Fresh()
+			cfg := sc.Config(m, sim.KubeDefault, sim.Direct{Input: sim.Input(m.Binding)})
+			cfg.ReconcileAll = true // every deployment called every round, as its TTL would
+			want, err := sim.Run(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			var clock time.Time
+			f := newFunction(logging.NewNopLogger(), true, 0)
+			f.now = func() time.Time { return clock }
+			f.narrowing = plan.NewNarrowing(plan.DefaultFullEvery)
+			lis := bufconn.Listen(1 << 20)
+			requests := codec.New(requiredClusters, requiredReplicas, requiredOwnReplicas, requiredUncountedReplicas)
+			srv := grpc.NewServer(grpc.ForceServerCodecV2(requests), grpc.MaxRecvMsgSize(64<<20))
+			fnv1.RegisterFunctionRunnerServiceServer(srv, requests.Server(f))
+			go func() { _ = srv.Serve(lis) }()
+			defer srv.Stop()
+			in := mustStruct(map[string]any{"apiVersion": "scheduler.fn.modelplane.ai/v1beta1", "kind": "Input", "assumedBinding": string(m.Binding)})
+			c := &caller.Caller{Client: fnv1.NewFunctionRunnerServiceClient(dialBufconn(t, lis)), Input: in}
+			cfg.Reconciler = clockedCaller{caller: c, clock: &clock}
+			got, err := sim.Run(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(want.Series, got.Series) {
+				t.Errorf("through narrow calls the fleet differs from the direct path:\nwant %v\ngot  %v", want.Series, got.Series)
+			}
+			stats := narrowStats(c.Calls)
+			if stats.narrow == 0 {
+				t.Error("no call went narrow")
+			}
+			if sc.AgentStopsAfter > 0 && c.Calls[len(c.Calls)-1].Narrow {
+				t.Error("the agent went silent and its reports stale, yet the last call went narrow")
+			}
+			t.Logf("%s: %d calls, %d narrow; bytes per call: full %.0f, narrow %.0f", sc.Name, len(c.Calls), stats.narrow, stats.fullBytes, stats.narrowBytes)
+			fmt.Fprintf(&report, "| %s | %d | %d | %d | %d | %.0f | %.0f | %.0f | %d of %d |\n", sc.Name, got.Placed, got.Wanted, len(c.Calls), stats.narrow,
+				stats.fullBytes, stats.narrowBytes, stats.allBytes, stats.iterations, len(c.Calls))
+		})
+	}
+	if *narrowReport != "" {
+		report.WriteString(narrowReportTail)
+		if err := os.WriteFile(*narrowReport, report.Bytes(), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+const narrowReportHead = `# Narrow calls in the simulator
+
+Generated by ` + "`go test -run TestFleetSimNarrow -count 1 . -args -narrow-report \"$PWD/docs/narrow-calls.md\"`" + `.
+Each scenario runs with a fresh agent under the kube-default binder, every
+deployment reconciled every round, through the function served over gRPC
+with its request codec: Crossplane's side (` + "`sim/caller`" + `) answers each
+iteration's requirements from the simulated fleet, so a call goes narrow
+where docs/spec.md#narrow-requests allows. The placements equal the direct
+path's round by round (the test fails otherwise). Bytes are of the request
+that carried the fleet, averaged over the calls of each kind; "all
+iterations" adds the requests that only carried requirements.
+
+| scenario | placed | wanted | calls | narrow | bytes per full call | bytes per narrow call | bytes per call, all iterations | calls in 2 iterations |
+|---|---:|---:|---:|---:|---:|---:|---:|---:|
+`
+
+const narrowReportTail = `
+A deployment's first call on a server reads the whole fleet, and so does
+every call while a pool of its clusters has no usable report (the silent
+agent's reports go stale 5m after it stops), and at least every 5 minutes
+(` + "`--full-read-every`" + `).
+`
+
+// callStats sum up a run's calls.
+type callStats struct {
+	narrow, iterations               int
+	fullBytes, narrowBytes, allBytes float64
+}
+
+func narrowStats(calls []caller.Call) callStats {
+	var s callStats
+	var full, narrow int
+	for _, c := range calls {
+		s.allBytes += float64(c.AllBytes)
+		if c.Iterations == 2 {
+			s.iterations++
+		}
+		if c.Narrow {
+			narrow++
+			s.narrowBytes += float64(c.Bytes)
+		} else {
+			full++
+			s.fullBytes += float64(c.Bytes)
+		}
+	}
+	s.narrow = narrow
+	s.fullBytes /= float64(max(full, 1))
+	s.narrowBytes /= float64(max(narrow, 1))
+	s.allBytes /= float64(max(len(calls), 1))
+	return s
+}
