@@ -70,7 +70,7 @@ func poolsOf(st *state) []agent.Pool {
 		most[s.Spec.Driver] = max(most[s.Spec.Driver], perNode[k])
 	}
 	var devices []v1alpha1.Device
-	for _, d := range []struct{ name, driver, class string }{{"gpu", gpuDriver, "gpu"}, {"nic", nicDriver, "nic"}} {
+	for _, d := range []struct{ name, driver, class string }{{gpuClass, gpuDriver, gpuClass}, {"nic", nicDriver, "nic"}} {
 		if most[d.driver] > 0 {
 			devices = append(devices, v1alpha1.Device{Name: d.name, Driver: d.driver, DeviceClassName: d.class, Count: new(most[d.driver])})
 		}
@@ -81,7 +81,7 @@ func poolsOf(st *state) []agent.Pool {
 			names[v] = true
 		}
 	}
-	var out []agent.Pool
+	out := make([]agent.Pool, 0, len(names))
 	for _, name := range slices.Sorted(maps.Keys(names)) {
 		out = append(out, agent.Pool{Name: name, Nodes: labels.SelectorFromSet(labels.Set{key: name}), Devices: devices, Tolerations: tolerations})
 	}
@@ -110,7 +110,7 @@ func (t *agentTally) state(ctx context.Context, i int, st *state) error {
 		return fmt.Errorf("cannot list the patched slices: %w", err)
 	}
 	t.states++
-	probes := 0
+	c := &agentCheck{t: t, r: r, i: i, st: st, patched: patched}
 	for _, pool := range poolsOf(st) {
 		if len(pool.Devices) == 0 {
 			continue
@@ -120,67 +120,107 @@ func (t *agentTally) state(ctx context.Context, i int, st *state) error {
 			if !pool.Nodes.Matches(labels.Set(n.Labels)) {
 				continue
 			}
-			view := agent.View{Nodes: []*corev1.Node{n}, ResourceSlices: patched, DeviceClasses: st.classes, ResourceClaims: st.claims, SyncedAt: time.Unix(1, 0)}
-			rep, err := agent.PoolReport(ctx, pool, view)
-			if err != nil {
-				return fmt.Errorf("pool %s, node %s: %w", pool.Name, n.Name, err)
-			}
-			if len(rep.NodesByFreeDevices) == 0 {
-				t.leftOut++
-				continue
-			}
-			t.nodes++
-			free := map[string]int64{}
-			for _, f := range rep.NodesByFreeDevices[0].Free {
-				free[f.Name] = f.Count
-			}
-			if len(free) > 0 {
-				t.probed++
-				probes++
-				why, err := r.probe(ctx, fmt.Sprintf("probe-%d", probes), pool, n.Name, free)
-				if err != nil {
-					return err
-				}
-				if why == "" {
-					t.agreed++
-				} else {
-					cause, _, _ := strings.Cut(why, ":")
-					t.over[cause]++
-					if cause == "DynamicResources" {
-						t.overReported++
-					}
-					if len(t.examples) < 5 {
-						t.examples = append(t.examples, fmt.Sprintf("state %d (%s), pool %s, node %s, free %v: %s", i, st.family, pool.Name, n.Name, free, why))
-					}
-				}
-			}
-			under := false
-			for _, d := range pool.Devices {
-				if free[d.Name] >= *d.Count {
-					continue
-				}
-				t.checked++
-				probes++
-				more := free[d.Name] + 1
-				why, err := r.probe(ctx, fmt.Sprintf("probe-%d", probes), pool, n.Name, map[string]int64{d.Name: more})
-				switch {
-				case err != nil:
-					return err
-				case why == timedOut:
-					t.timedOut++
-				case why == "":
-					t.underDevices++
-					if !under && len(t.underExamples) < 5 {
-						t.underExamples = append(t.underExamples, fmt.Sprintf("state %d (%s), pool %s, node %s: %d %s reported free, kube-scheduler fits %d", i, st.family, pool.Name, n.Name, free[d.Name], d.Name, more))
-					}
-					under = true
-				}
-			}
-			if under {
-				t.underNodes++
-				t.underBy[st.family]++
+			if err := c.node(ctx, pool, n); err != nil {
+				return err
 			}
 		}
+	}
+	return nil
+}
+
+// agentCheck is the agent check of one state, against one kube-scheduler.
+type agentCheck struct {
+	t       *agentTally
+	r       *kubeRun
+	i       int
+	st      *state
+	patched []*resourceapi.ResourceSlice
+	// probes names the probe pods, one name each.
+	probes int
+}
+
+func (c *agentCheck) probe(ctx context.Context, pool agent.Pool, node string, counts map[string]int64) (string, error) {
+	c.probes++
+	return c.r.probe(ctx, fmt.Sprintf("probe-%d", c.probes), pool, node, counts)
+}
+
+// node counts the pool's node as the agent does, and asks kube-scheduler
+// about the shape it reports free and about one device more.
+func (c *agentCheck) node(ctx context.Context, pool agent.Pool, n *corev1.Node) error {
+	t, st := c.t, c.st
+	view := agent.View{Nodes: []*corev1.Node{n}, ResourceSlices: c.patched, DeviceClasses: st.classes, ResourceClaims: st.claims, SyncedAt: time.Unix(1, 0)}
+	rep, err := agent.PoolReport(ctx, pool, view)
+	if err != nil {
+		return fmt.Errorf("pool %s, node %s: %w", pool.Name, n.Name, err)
+	}
+	if len(rep.NodesByFreeDevices) == 0 {
+		t.leftOut++
+		return nil
+	}
+	t.nodes++
+	free := map[string]int64{}
+	for _, f := range rep.NodesByFreeDevices[0].Free {
+		free[f.Name] = f.Count
+	}
+	if len(free) > 0 {
+		if err := c.fits(ctx, pool, n, free); err != nil {
+			return err
+		}
+	}
+	return c.oneMore(ctx, pool, n, free)
+}
+
+// fits asks whether the shape the agent reports free fits the node.
+func (c *agentCheck) fits(ctx context.Context, pool agent.Pool, n *corev1.Node, free map[string]int64) error {
+	t := c.t
+	t.probed++
+	why, err := c.probe(ctx, pool, n.Name, free)
+	if err != nil {
+		return err
+	}
+	if why == "" {
+		t.agreed++
+		return nil
+	}
+	cause, _, _ := strings.Cut(why, ":")
+	t.over[cause]++
+	if cause == "DynamicResources" {
+		t.overReported++
+	}
+	if len(t.examples) < 5 {
+		t.examples = append(t.examples, fmt.Sprintf("state %d (%s), pool %s, node %s, free %v: %s", c.i, c.st.family, pool.Name, n.Name, free, why))
+	}
+	return nil
+}
+
+// oneMore asks, device by device, whether one more than the agent reports
+// free fits the node.
+func (c *agentCheck) oneMore(ctx context.Context, pool agent.Pool, n *corev1.Node, free map[string]int64) error {
+	t := c.t
+	under := false
+	for _, d := range pool.Devices {
+		if free[d.Name] >= *d.Count {
+			continue
+		}
+		t.checked++
+		more := free[d.Name] + 1
+		why, err := c.probe(ctx, pool, n.Name, map[string]int64{d.Name: more})
+		switch {
+		case err != nil:
+			return err
+		case why == timedOut:
+			t.timedOut++
+		case why == "":
+			t.underDevices++
+			if !under && len(t.underExamples) < 5 {
+				t.underExamples = append(t.underExamples, fmt.Sprintf("state %d (%s), pool %s, node %s: %d %s reported free, kube-scheduler fits %d", c.i, c.st.family, pool.Name, n.Name, free[d.Name], d.Name, more))
+			}
+			under = true
+		}
+	}
+	if under {
+		t.underNodes++
+		t.underBy[c.st.family]++
 	}
 	return nil
 }
@@ -220,7 +260,7 @@ func (t *agentTally) render(b *strings.Builder) {
 	b.WriteString("For each state, each pool's nodes are counted by the cluster agent (agent.PoolReport on a view of one node and every slice, patched with the DeviceTaintRules by kube-scheduler's own tracker, and claim of the state), and kube-scheduler's PreFilter and Filter (every default filter, DynamicResources included) are asked, on each node the report shows, about the probe pod of the node's shape (the pool's node selector and tolerations, no cpu or memory requests, one claim of exactly the free count of each pool device): a refusal is an over-report. Then, device by device, about one more than the free count where the node has more devices: an acceptance is an under-report.\n\n")
 	b.WriteString("| States | Pools | Nodes in the reports | Left out | Nodes with devices free | kube-scheduler fits the shape | Refused (over-reported), by plugin | Node and device pairs probed for one more | One more fits (under-reported) | Nodes under-reported | Allocator timed out |\n")
 	b.WriteString("|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
-	var over []string
+	over := make([]string, 0, len(t.over))
 	for _, cause := range slices.Sorted(maps.Keys(t.over)) {
 		over = append(over, fmt.Sprintf("%s %d", cause, t.over[cause]))
 	}
@@ -238,7 +278,7 @@ func (t *agentTally) render(b *strings.Builder) {
 		}
 	}
 	if len(t.underBy) > 0 {
-		var by []string
+		by := make([]string, 0, len(t.underBy))
 		for _, f := range slices.Sorted(maps.Keys(t.underBy)) {
 			by = append(by, fmt.Sprintf("%s %d", f, t.underBy[f]))
 		}

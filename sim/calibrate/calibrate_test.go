@@ -69,7 +69,7 @@ func TestEachFamilyExercisesItsFeature(t *testing.T) {
 		}
 		hits := 0
 		for seed := range uint64(20) {
-			st, err := sample(rand.New(rand.NewPCG(seed, 99)), f)
+			st, err := sample(t.Context(), rand.New(rand.NewPCG(seed, 99)), f)
 			if err != nil {
 				t.Fatalf("family %s, seed %d: %v", f.name, seed, err)
 			}
@@ -87,11 +87,11 @@ func TestEachFamilyExercisesItsFeature(t *testing.T) {
 
 func TestSampleIsDeterministic(t *testing.T) {
 	for i := range 30 {
-		a, err := sample(rand.New(rand.NewPCG(7, uint64(i))), familyOf(i))
+		a, err := sample(t.Context(), rand.New(rand.NewPCG(7, uint64(i))), familyOf(i))
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := sample(rand.New(rand.NewPCG(7, uint64(i))), familyOf(i))
+		b, err := sample(t.Context(), rand.New(rand.NewPCG(7, uint64(i))), familyOf(i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +150,7 @@ func TestFrameworkAndBinderAgree(t *testing.T) {
 	}
 	ctx := context.Background()
 	for i := range len(families()) {
-		st, err := sample(rand.New(rand.NewPCG(3, uint64(i))), familyOf(i))
+		st, err := sample(t.Context(), rand.New(rand.NewPCG(3, uint64(i))), familyOf(i))
 		if err != nil {
 			t.Fatal(err)
 		}

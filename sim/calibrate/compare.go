@@ -123,48 +123,58 @@ func compare(fw []podVerdict, sim []simPod) outcome {
 	o := outcome{feasible: true, evaluated: true, scores: true, best: true, bound: true, devices: true, pods: len(fw)}
 	var lines []string
 	for i, v := range fw {
-		s := sim[i]
-		if len(v.scored) > 1 {
-			o.contested++
-			if len(v.best) == 1 {
-				o.unique++
-				o.decidedBy = append(o.decidedBy, decidedBy(v)...)
-			}
-		}
-		if v.bound == "" {
-			o.unschedulable++
-		}
+		o.count(v)
 		bad := func(ok *bool, what string, args ...any) {
 			*ok = false
 			lines = append(lines, fmt.Sprintf("  pod %d: %s", i, fmt.Sprintf(what, args...)))
 		}
-		if !slices.Equal(v.scored, s.scored) {
-			bad(&o.feasible, "scored %v / %v (%s)", v.scored, s.scored, v.rejection)
-		}
-		if v.bound != "" && v.evaluated != s.searched {
-			bad(&o.evaluated, "searched %d / %d nodes", v.evaluated, s.searched)
-		}
-		if len(v.scored) > 1 {
-			for _, n := range v.scored {
-				if t, ok := s.scores[n]; ok && t != v.scores[n] {
-					bad(&o.scores, "%s: kube-scheduler %d %v, simulator %d %v", n, v.scores[n], v.plugins[n], t, s.plugins[n])
-				}
-			}
-		}
-		if !slices.Equal(v.best, s.best) {
-			bad(&o.best, "best %v / %v", v.best, s.best)
-		}
-		if v.bound != s.bound {
-			bad(&o.bound, "bound to %q / %q", v.bound, s.bound)
-		}
-		if v.bound != "" && v.bound == s.bound && !slices.Equal(v.devices, s.devices) {
-			bad(&o.devices, "devices on %s: kube-scheduler %v, simulator %v", v.bound, v.devices, s.devices)
-		}
+		comparePod(v, sim[i], &o, bad)
 	}
 	if !o.agrees() {
 		o.diff = strings.Join(lines, "\n")
 	}
 	return o
+}
+
+// count counts what the framework's verdict on a pod was.
+func (o *outcome) count(v podVerdict) {
+	if len(v.scored) > 1 {
+		o.contested++
+		if len(v.best) == 1 {
+			o.unique++
+			o.decidedBy = append(o.decidedBy, decidedBy(v)...)
+		}
+	}
+	if v.bound == "" {
+		o.unschedulable++
+	}
+}
+
+// comparePod compares the verdicts on one pod, calling bad with each
+// difference and the outcome's field it clears.
+func comparePod(v podVerdict, s simPod, o *outcome, bad func(ok *bool, what string, args ...any)) {
+	if !slices.Equal(v.scored, s.scored) {
+		bad(&o.feasible, "scored %v / %v (%s)", v.scored, s.scored, v.rejection)
+	}
+	if v.bound != "" && v.evaluated != s.searched {
+		bad(&o.evaluated, "searched %d / %d nodes", v.evaluated, s.searched)
+	}
+	if len(v.scored) > 1 {
+		for _, n := range v.scored {
+			if t, ok := s.scores[n]; ok && t != v.scores[n] {
+				bad(&o.scores, "%s: kube-scheduler %d %v, simulator %d %v", n, v.scores[n], v.plugins[n], t, s.plugins[n])
+			}
+		}
+	}
+	if !slices.Equal(v.best, s.best) {
+		bad(&o.best, "best %v / %v", v.best, s.best)
+	}
+	if v.bound != s.bound {
+		bad(&o.bound, "bound to %q / %q", v.bound, s.bound)
+	}
+	if v.bound != "" && v.bound == s.bound && !slices.Equal(v.devices, s.devices) {
+		bad(&o.devices, "devices on %s: kube-scheduler %v, simulator %v", v.bound, v.devices, s.devices)
+	}
 }
 
 // decidedBy names the plugins that score the unique best node above the

@@ -55,27 +55,32 @@ func main() {
 	// 2 GiB; the machine is shared).
 	debug.SetGCPercent(300)
 	debug.SetMemoryLimit(5 << 30)
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "calibrate: cannot profile:", err)
-			os.Exit(1)
-		}
-		defer pprof.StopCPUProfile()
-	}
 	// The framework logs every unschedulable pod; the report says what
 	// matters.
 	klog.SetOutput(&bytes.Buffer{})
 	klog.LogToStderr(false)
 	metrics.Register()
-	if err := run(context.Background(), o); err != nil {
+	if err := profiled(*cpuprofile, func() error { return run(context.Background(), o) }); err != nil {
 		fmt.Fprintln(os.Stderr, "calibrate:", err)
-		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
+}
+
+// profiled runs f, with a CPU profile written to path unless it is empty.
+func profiled(path string, f func() error) error {
+	if path == "" {
+		return f()
+	}
+	out, err := os.Create(path) //nolint:gosec // The path is the user's flag.
+	if err != nil {
+		return fmt.Errorf("cannot profile: %w", err)
+	}
+	defer out.Close() //nolint:errcheck // The profile is flushed by StopCPUProfile; a failed close loses only it.
+	if err := pprof.StartCPUProfile(out); err != nil {
+		return fmt.Errorf("cannot profile: %w", err)
+	}
+	defer pprof.StopCPUProfile()
+	return f()
 }
 
 type options struct {
@@ -138,47 +143,13 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	began := time.Now()
-	all := make([]*sampled, o.states)
-	err := parallel(o.states, o.workers, func(i int) error {
-		fam := familyOf(i)
-		st, err := sample(rand.New(rand.NewPCG(o.seed, uint64(i))), fam) //nolint:gosec // Sampled states, not security.
-		if err != nil {
-			return fmt.Errorf("state %d (%s): %w", i, fam.name, err)
-		}
-		s := &sampled{st: st, verdicts: map[kube.Profile][]podVerdict{}, agrees: map[kube.Profile]bool{}}
-		for _, p := range profiles() {
-			v, err := schedule(ctx, st, p, 1)
-			if err != nil {
-				return fmt.Errorf("state %d (%s), %s: kube-scheduler: %w", i, fam.name, p, err)
-			}
-			s.verdicts[p] = v
-		}
-		all[i] = s
-		return nil
-	})
+	all, err := frameworkRuns(ctx, o)
 	if err != nil {
 		return err
 	}
 	r.framework = time.Since(began)
 	began = time.Now()
-	outcomes := make([]map[kube.Profile]outcome, o.states)
-	err = parallel(o.states, o.workers, func(i int) error {
-		outcomes[i] = map[kube.Profile]outcome{}
-		base, err := all[i].st.cluster(all[i].st.pods, "")
-		if err != nil {
-			return fmt.Errorf("state %d (%s): simulator: %w", i, all[i].st.family, err)
-		}
-		all[i].base = base
-		for _, p := range profiles() {
-			sim, err := simulate(ctx, all[i].st, base, p, "")
-			if err != nil {
-				return fmt.Errorf("state %d (%s), %s: simulator: %w", i, all[i].st.family, p, err)
-			}
-			outcomes[i][p] = compare(all[i].verdicts[p], sim)
-			all[i].agrees[p] = outcomes[i][p].agrees()
-		}
-		return nil
-	})
+	outcomes, err := simulatorRuns(ctx, o, all)
 	if err != nil {
 		return err
 	}
@@ -222,4 +193,52 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	return r.failures()
+}
+
+// frameworkRuns samples the states and runs kube-scheduler on each, under
+// every profile.
+func frameworkRuns(ctx context.Context, o options) ([]*sampled, error) {
+	all := make([]*sampled, o.states)
+	err := parallel(o.states, o.workers, func(i int) error {
+		fam := familyOf(i)
+		st, err := sample(ctx, rand.New(rand.NewPCG(o.seed, uint64(i))), fam) //nolint:gosec // Sampled states, not security.
+		if err != nil {
+			return fmt.Errorf("state %d (%s): %w", i, fam.name, err)
+		}
+		s := &sampled{st: st, verdicts: map[kube.Profile][]podVerdict{}, agrees: map[kube.Profile]bool{}}
+		for _, p := range profiles() {
+			v, err := schedule(ctx, st, p, 1)
+			if err != nil {
+				return fmt.Errorf("state %d (%s), %s: kube-scheduler: %w", i, fam.name, p, err)
+			}
+			s.verdicts[p] = v
+		}
+		all[i] = s
+		return nil
+	})
+	return all, err
+}
+
+// simulatorRuns runs the simulator's binder on each state, under every
+// profile, and compares it with kube-scheduler's verdicts.
+func simulatorRuns(ctx context.Context, o options, all []*sampled) ([]map[kube.Profile]outcome, error) {
+	outcomes := make([]map[kube.Profile]outcome, o.states)
+	err := parallel(o.states, o.workers, func(i int) error {
+		outcomes[i] = map[kube.Profile]outcome{}
+		base, err := all[i].st.cluster(all[i].st.pods, "")
+		if err != nil {
+			return fmt.Errorf("state %d (%s): simulator: %w", i, all[i].st.family, err)
+		}
+		all[i].base = base
+		for _, p := range profiles() {
+			sim, err := simulate(ctx, all[i].st, base, p, "")
+			if err != nil {
+				return fmt.Errorf("state %d (%s), %s: simulator: %w", i, all[i].st.family, p, err)
+			}
+			outcomes[i][p] = compare(all[i].verdicts[p], sim)
+			all[i].agrees[p] = outcomes[i][p].agrees()
+		}
+		return nil
+	})
+	return outcomes, err
 }

@@ -140,8 +140,9 @@ func (r *kubeRun) start(ctx context.Context, prof kube.Profile, parallelism int3
 			m.SetResourceVersion("1")
 		}
 	}
-	r.client = fake.NewSimpleClientset(objs...) //nolint:staticcheck // NewClientset tracks managed fields: many times slower.
-	r.reactors()
+	// NewClientset would track managed fields: many times slower.
+	r.client = fake.NewSimpleClientset(objs...)
+	r.reactors() //nolint:contextcheck // A reactor is given no context: see reactors.
 	r.factory = informers.NewSharedInformerFactory(r.client, 0)
 	p, err := profile(prof)
 	if err != nil {
@@ -252,7 +253,11 @@ func (r *kubeRun) reactors() {
 		if err != nil {
 			return true, nil, err
 		}
-		pod := obj.(*corev1.Pod).DeepCopy()
+		stored, ok := obj.(*corev1.Pod)
+		if !ok {
+			return true, nil, fmt.Errorf("cannot bind %s/%s: the tracker holds a %T", b.Namespace, b.Name, obj)
+		}
+		pod := stored.DeepCopy()
 		pod.Spec.NodeName = b.Target.Name
 		if err := r.client.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), pod, b.Namespace); err != nil {
 			return true, nil, err
@@ -282,6 +287,7 @@ func (r *kubeRun) reactors() {
 			return true, nil, err
 		}
 		dra := r.sched.Profiles[corev1.DefaultSchedulerName].SharedDRAManager()
+		// A reactor is given no context; until gives up after its timeout.
 		err := r.until(context.Background(), "the assume cache holds the claim made for extended resources", func() bool {
 			_, err := dra.ResourceClaims().Get(rc.Namespace, rc.Name)
 			return err == nil
@@ -484,7 +490,7 @@ func devices(a *resourceapi.AllocationResult) []string {
 	for _, r := range a.Devices.Results {
 		d := r.Driver + "/" + r.Pool + "/" + r.Device
 		if len(r.ConsumedCapacity) > 0 {
-			var parts []string
+			parts := make([]string, 0, len(r.ConsumedCapacity))
 			for _, name := range slices.Sorted(maps.Keys(r.ConsumedCapacity)) {
 				q := r.ConsumedCapacity[name]
 				parts = append(parts, string(name)+"="+q.String())

@@ -56,6 +56,10 @@ const (
 	// numaAttribute is the NUMA node of GPUs and NICs alike, which a
 	// claim's matchAttribute constraint can hold equal.
 	numaAttribute = "example.com/numa"
+	// gpuClass names the GPUs' DeviceClass, the GPU requests and the
+	// devices' prefix alike; memory is their capacity and counter.
+	gpuClass = "gpu"
+	memory   = "memory"
 )
 
 // images the nodes may hold, with their sizes: multi-GB serving images and
@@ -109,12 +113,12 @@ func (s *sampler) bound() int {
 // scores read: cpu and memory allocatable and in use, images on nodes,
 // pods with owners and how many of them each node runs, PreferNoSchedule
 // taints, zones, affinity terms; and what the filters read: devices, their
-// attributes, counters, capacity and taints, taints, cordons, affinity,
+// attributes, counters, capacity and taints; node taints, cordons, affinity,
 // extended resources. The bound pods are placed on random nodes they fit
 // through the simulator's filter, so every allocation is the allocator's.
-func sample(rng *rand.Rand, fam family) (*state, error) {
+func sample(ctx context.Context, rng *rand.Rand, fam family) (*state, error) {
 	s := &sampler{rng: rng, fam: fam, st: &state{family: fam.name}, model: gpuModels()[rng.IntN(len(gpuModels()))]}
-	gpu := kube.NewClass("gpu", gpuDriver)
+	gpu := kube.NewClass(gpuClass, gpuDriver)
 	if fam.has(extendedResources) {
 		gpu.Spec.ExtendedResourceName = new(gpuResource)
 	}
@@ -161,7 +165,7 @@ func sample(rng *rand.Rand, fam family) (*state, error) {
 		bound = rng.IntN(nNodes)
 	}
 	for i := range bound {
-		if err := s.bindOne(fmt.Sprintf("bound-%03d", i)); err != nil {
+		if err := s.bindOne(ctx, fmt.Sprintf("bound-%03d", i)); err != nil {
 			return nil, err
 		}
 	}
@@ -184,7 +188,7 @@ func sample(rng *rand.Rand, fam family) (*state, error) {
 
 // bindOne binds a new pod to a random node of those it fits, of up to
 // eight tried, and adds it to the state; a pod that fits none is dropped.
-func (s *sampler) bindOne(name string) error {
+func (s *sampler) bindOne(ctx context.Context, name string) error {
 	pod, claims := s.newPod(name, false)
 	p, err := kube.NewPod(pod, claims...)
 	if err != nil {
@@ -194,7 +198,7 @@ func (s *sampler) bindOne(name string) error {
 	for range 8 {
 		tries = append(tries, s.st.nodes[s.rng.IntN(len(s.st.nodes))].Name)
 	}
-	e, err := s.c.EvaluateOn(context.Background(), p, tries)
+	e, err := s.c.EvaluateOn(ctx, p, tries)
 	if err != nil {
 		return err
 	}
@@ -303,7 +307,7 @@ func (s *sampler) addGPUs(node string, gpus int) {
 	}
 	model := s.model.model
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"model": {StringValue: &model}}
-	devs := kube.NewDevices("gpu", gpus, attrs, map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(mem)})
+	devs := kube.NewDevices(gpuClass, gpus, attrs, map[resourceapi.QualifiedName]resource.Quantity{memory: resource.MustParse(mem)})
 	for i := range devs {
 		numa := int64(i % 2)
 		devs[i].Attributes[numaAttribute] = resourceapi.DeviceAttribute{IntValue: &numa}
@@ -319,7 +323,7 @@ func (s *sampler) addGPUs(node string, gpus int) {
 		if fam.has(consumable) && rng.IntN(4) > 0 {
 			devs[i].AllowMultipleAllocations = new(true)
 			step := resource.MustParse("4Gi")
-			devs[i].Capacity["memory"] = resourceapi.DeviceCapacity{
+			devs[i].Capacity[memory] = resourceapi.DeviceCapacity{
 				Value: resource.MustParse(mem),
 				RequestPolicy: &resourceapi.CapacityRequestPolicy{
 					Default:    new(resource.MustParse("8Gi")),
@@ -343,20 +347,20 @@ func (s *sampler) addGPUs(node string, gpus int) {
 		// Each GPU is a counter set of memory; the whole GPU takes it all,
 		// each half (a partition) half of it.
 		counters := make([]resourceapi.CounterSet, 0, gpus)
-		var all []resourceapi.Device
+		all := make([]resourceapi.Device, 0, 3*len(devs))
 		for i, d := range devs {
 			set := fmt.Sprintf("gpu-%d-counters", i)
 			whole := resource.MustParse(mem)
 			half := whole.DeepCopy()
 			half.Set(whole.Value() / 2)
-			counters = append(counters, resourceapi.CounterSet{Name: set, Counters: map[string]resourceapi.Counter{"memory": {Value: whole}}})
-			d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: set, Counters: map[string]resourceapi.Counter{"memory": {Value: whole}}}}
+			counters = append(counters, resourceapi.CounterSet{Name: set, Counters: map[string]resourceapi.Counter{memory: {Value: whole}}})
+			d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: set, Counters: map[string]resourceapi.Counter{memory: {Value: whole}}}}
 			all = append(all, d)
 			for h := range 2 {
 				part := *d.DeepCopy()
 				part.Name = fmt.Sprintf("gpu-%d-half-%d", i, h)
-				part.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: half}}
-				part.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: set, Counters: map[string]resourceapi.Counter{"memory": {Value: half}}}}
+				part.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{memory: {Value: half}}
+				part.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: set, Counters: map[string]resourceapi.Counter{memory: {Value: half}}}}
 				all = append(all, part)
 			}
 		}
@@ -450,7 +454,7 @@ func (s *sampler) modelplanePod(name string) (*corev1.Pod, []*resourceapi.Resour
 	if rng.IntN(2) == 0 {
 		sel = append(sel, fmt.Sprintf(`device.attributes[%q].model == %q`, gpuDriver, s.model.model))
 	}
-	rc := s.fromTemplate(pod, "gpus", kube.Exactly("gpu", "gpu", gpus, sel...))
+	rc := s.fromTemplate(pod, "gpus", kube.Exactly(gpuClass, gpuClass, gpus, sel...))
 	return pod, []*resourceapi.ResourceClaim{rc}
 }
 
@@ -553,78 +557,99 @@ func (s *sampler) affinity(pod *corev1.Pod) *corev1.Affinity {
 // (asymmetric: the incoming pods have none against them).
 func (s *sampler) affinityTerms(pod *corev1.Pod, incoming bool) {
 	rng, fam := s.rng, s.fam
-	term := func() corev1.PodAffinityTerm {
-		key := []string{corev1.LabelHostname, corev1.LabelTopologyZone}[rng.IntN(2)]
-		sel := map[string]string{"tier": []string{"batch", "serving"}[rng.IntN(2)]}
-		if rng.IntN(2) == 0 && len(s.st.sets) > 0 {
-			sel = map[string]string{"app": s.st.sets[rng.IntN(len(s.st.sets))].Name}
-		}
-		return corev1.PodAffinityTerm{LabelSelector: &metav1.LabelSelector{MatchLabels: sel}, TopologyKey: key}
-	}
-	weighted := func() []corev1.WeightedPodAffinityTerm {
-		var out []corev1.WeightedPodAffinityTerm
-		for range 1 + rng.IntN(2) {
-			out = append(out, corev1.WeightedPodAffinityTerm{Weight: int32(1 + rng.IntN(100)), PodAffinityTerm: term()})
-		}
-		return out
-	}
 	if fam.has(preferred) && rng.IntN(3) > 0 {
-		if incoming || rng.IntN(2) == 0 {
-			pref := []corev1.PreferredSchedulingTerm{{Weight: int32(1 + rng.IntN(100)), Preference: corev1.NodeSelectorTerm{
-				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "tier", Operator: corev1.NodeSelectorOpIn, Values: []string{"reserved"}}},
-			}}}
-			if rng.IntN(2) == 0 {
-				pref = append(pref, corev1.PreferredSchedulingTerm{Weight: int32(1 + rng.IntN(100)), Preference: corev1.NodeSelectorTerm{
-					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"zone-0"}}},
-				}})
-			}
-			s.affinity(pod).NodeAffinity = &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: pref}
-		}
-		a := s.affinity(pod)
-		if rng.IntN(2) == 0 {
-			a.PodAffinity = &corev1.PodAffinity{PreferredDuringSchedulingIgnoredDuringExecution: weighted()}
-		}
-		if rng.IntN(2) == 0 {
-			if a.PodAntiAffinity == nil {
-				a.PodAntiAffinity = &corev1.PodAntiAffinity{}
-			}
-			a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution = weighted()
-		}
+		s.preferredTerms(pod, incoming)
 	}
 	if fam.has(podAffinity) && rng.IntN(2) == 0 {
-		a := s.affinity(pod)
-		a.PodAffinity = &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{term()}}
-		switch {
-		case incoming && rng.IntN(2) == 0:
-			// A cohort no bound pod belongs to: its first pod has no pod
-			// to follow and lands on any node (every node has a
-			// hostname), the rest follow it.
-			pod.Labels["cohort"] = "new"
-			a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution = []corev1.PodAffinityTerm{{
-				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"cohort": "new"}}, TopologyKey: corev1.LabelHostname,
-			}}
-		case rng.IntN(3) == 0:
-			// Affinity to its own kind, which bound pods may already
-			// be.
-			pod.Labels["tier"] = "serving"
-			a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution = []corev1.PodAffinityTerm{{
-				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "serving"}}, TopologyKey: corev1.LabelTopologyZone,
-			}}
-		}
+		s.requiredAffinity(pod, incoming)
 	}
 	if fam.has(podAffinity) && incoming && rng.IntN(2) == 0 {
 		a := s.affinity(pod)
 		if a.PodAntiAffinity == nil {
 			a.PodAntiAffinity = &corev1.PodAntiAffinity{}
 		}
-		a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution = append(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution, term())
+		a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution = append(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution, s.podTerm())
 	}
 	if fam.has(asymmetric) && !incoming && rng.IntN(3) == 0 {
 		a := s.affinity(pod)
 		if a.PodAntiAffinity == nil {
 			a.PodAntiAffinity = &corev1.PodAntiAffinity{}
 		}
-		a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution = append(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution, term())
+		a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution = append(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution, s.podTerm())
+	}
+}
+
+// podTerm is a random pod affinity term: a tier or a ReplicaSet's pods, by
+// hostname or zone.
+func (s *sampler) podTerm() corev1.PodAffinityTerm {
+	rng := s.rng
+	key := []string{corev1.LabelHostname, corev1.LabelTopologyZone}[rng.IntN(2)]
+	sel := map[string]string{"tier": []string{"batch", "serving"}[rng.IntN(2)]}
+	if rng.IntN(2) == 0 && len(s.st.sets) > 0 {
+		sel = map[string]string{"app": s.st.sets[rng.IntN(len(s.st.sets))].Name}
+	}
+	return corev1.PodAffinityTerm{LabelSelector: &metav1.LabelSelector{MatchLabels: sel}, TopologyKey: key}
+}
+
+// weightedTerms are one or two random pod affinity terms, weighted.
+func (s *sampler) weightedTerms() []corev1.WeightedPodAffinityTerm {
+	n := 1 + s.rng.IntN(2)
+	out := make([]corev1.WeightedPodAffinityTerm, 0, n)
+	for range n {
+		out = append(out, corev1.WeightedPodAffinityTerm{Weight: 1 + s.rng.Int32N(100), PodAffinityTerm: s.podTerm()})
+	}
+	return out
+}
+
+// preferredTerms adds preferred node affinity (on bound pods half the
+// time) and preferred pod affinity and anti-affinity.
+func (s *sampler) preferredTerms(pod *corev1.Pod, incoming bool) {
+	rng := s.rng
+	if incoming || rng.IntN(2) == 0 {
+		pref := []corev1.PreferredSchedulingTerm{{Weight: 1 + rng.Int32N(100), Preference: corev1.NodeSelectorTerm{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "tier", Operator: corev1.NodeSelectorOpIn, Values: []string{"reserved"}}},
+		}}}
+		if rng.IntN(2) == 0 {
+			pref = append(pref, corev1.PreferredSchedulingTerm{Weight: 1 + rng.Int32N(100), Preference: corev1.NodeSelectorTerm{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"zone-0"}}},
+			}})
+		}
+		s.affinity(pod).NodeAffinity = &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: pref}
+	}
+	a := s.affinity(pod)
+	if rng.IntN(2) == 0 {
+		a.PodAffinity = &corev1.PodAffinity{PreferredDuringSchedulingIgnoredDuringExecution: s.weightedTerms()}
+	}
+	if rng.IntN(2) == 0 {
+		if a.PodAntiAffinity == nil {
+			a.PodAntiAffinity = &corev1.PodAntiAffinity{}
+		}
+		a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution = s.weightedTerms()
+	}
+}
+
+// requiredAffinity sets required pod affinity: to other pods, to the
+// pod's own kind, or to a cohort of pods to schedule.
+func (s *sampler) requiredAffinity(pod *corev1.Pod, incoming bool) {
+	rng := s.rng
+	a := s.affinity(pod)
+	a.PodAffinity = &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{s.podTerm()}}
+	switch {
+	case incoming && rng.IntN(2) == 0:
+		// A cohort no bound pod belongs to: its first pod has no pod
+		// to follow and lands on any node (every node has a
+		// hostname), the rest follow it.
+		pod.Labels["cohort"] = "new"
+		a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution = []corev1.PodAffinityTerm{{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"cohort": "new"}}, TopologyKey: corev1.LabelHostname,
+		}}
+	case rng.IntN(3) == 0:
+		// Affinity to its own kind, which bound pods may already
+		// be.
+		pod.Labels["tier"] = "serving"
+		a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution = []corev1.PodAffinityTerm{{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "serving"}}, TopologyKey: corev1.LabelTopologyZone,
+		}}
 	}
 }
 
@@ -636,53 +661,7 @@ func (s *sampler) claims(pod *corev1.Pod) []*resourceapi.ResourceClaim {
 	rng, fam := s.rng, s.fam
 	var reqs []resourceapi.DeviceRequest
 	if gpus := rng.Int64N(4); gpus > 0 {
-		var sel []string
-		switch rng.IntN(3) {
-		case 0:
-			sel = append(sel, fmt.Sprintf(`device.capacity[%q].memory.compareTo(quantity(%q)) >= 0`, gpuDriver, s.model.memory))
-		case 1:
-			// Mostly the fleet's model: a selector that rules out every
-			// node proves nothing.
-			m := s.model.model
-			if rng.IntN(4) == 0 {
-				m = gpuModels()[rng.IntN(len(gpuModels()))].model
-			}
-			sel = append(sel, fmt.Sprintf(`device.attributes[%q].model == %q`, gpuDriver, m))
-		}
-		req := kube.Exactly("gpu", "gpu", gpus, sel...)
-		if fam.has(deviceTaints) && rng.IntN(2) == 0 {
-			req.Exactly.Tolerations = []resourceapi.DeviceToleration{{Key: "ecc-errors", Operator: resourceapi.DeviceTolerationOpExists, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
-		}
-		if fam.has(taintRules) && rng.IntN(2) == 0 {
-			req.Exactly.Tolerations = append(req.Exactly.Tolerations, resourceapi.DeviceToleration{Key: "maintenance", Operator: resourceapi.DeviceTolerationOpExists})
-		}
-		if fam.has(consumable) && rng.IntN(4) > 0 {
-			req.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-				"memory":  resource.MustParse([]string{"4Gi", "10Gi", "16Gi", "32Gi"}[rng.IntN(4)]),
-				"compute": resource.MustParse([]string{"250m", "300m", "500m"}[rng.IntN(3)]),
-			}}
-		}
-		if fam.has(adminAccess) && rng.IntN(3) < 1+s.bound() {
-			// Bound pods more often: what they hold is what admin access
-			// ignores.
-			req.Exactly.AdminAccess = new(true)
-		}
-		if fam.has(partitionable) && rng.IntN(2) == 0 {
-			half := resource.MustParse(s.model.memory)
-			half.Set(half.Value() / 2)
-			req.Exactly.Selectors = append(req.Exactly.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{
-				Expression: fmt.Sprintf(`device.capacity[%q].memory.compareTo(quantity(%q)) <= 0`, gpuDriver, half.String()),
-			}})
-		}
-		if fam.has(firstAvailable) && rng.IntN(6) > 0 {
-			req = resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
-				{Name: "big", DeviceClassName: "gpu", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: gpus + 1,
-					Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf(`device.attributes[%q].model == %q`, gpuDriver, s.model.model)}}}},
-				{Name: "exact", DeviceClassName: "gpu", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: gpus},
-				{Name: "one", DeviceClassName: "gpu", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
-			}}
-		}
-		reqs = append(reqs, req)
+		reqs = append(reqs, s.gpuRequest(gpus))
 	}
 	if rng.IntN(10) == 0 || fam.has(allMode) && rng.IntN(2) == 0 || fam.has(matchAttribute) && rng.IntN(2) == 0 {
 		nic := kube.Exactly("nic", "nic", 1)
@@ -693,21 +672,11 @@ func (s *sampler) claims(pod *corev1.Pod) []*resourceapi.ResourceClaim {
 	}
 	var claims []*resourceapi.ResourceClaim
 	if len(reqs) > 0 {
-		var claim *resourceapi.ResourceClaim
-		if fam.has(multiClaim) && rng.IntN(2) == 0 {
-			claim = s.fromTemplate(pod, "devices", reqs...)
-		} else {
-			claim = kube.NewClaim(namespace, pod.Name+"-claim", reqs...)
-			pod.Spec.ResourceClaims = append(pod.Spec.ResourceClaims, corev1.PodResourceClaim{Name: "devices", ResourceClaimName: &claim.Name})
-		}
-		if fam.has(matchAttribute) && len(reqs) > 1 && reqs[0].Name == "gpu" && reqs[0].Exactly != nil {
-			claim.Spec.Devices.Constraints = []resourceapi.DeviceConstraint{{Requests: []string{"gpu", "nic"}, MatchAttribute: new(resourceapi.FullyQualifiedName(numaAttribute))}}
-		}
-		claims = append(claims, claim)
+		claims = append(claims, s.devicesClaim(pod, reqs))
 	}
 	if fam.has(multiClaim) && rng.IntN(3) > 0 {
 		// A second and third claim: one more GPU, a NIC.
-		extra := kube.NewClaim(namespace, pod.Name+"-extra", kube.Exactly("gpu", "gpu", 1))
+		extra := kube.NewClaim(namespace, pod.Name+"-extra", kube.Exactly(gpuClass, gpuClass, 1))
 		pod.Spec.ResourceClaims = append(pod.Spec.ResourceClaims, corev1.PodResourceClaim{Name: "extra", ResourceClaimName: &extra.Name})
 		claims = append(claims, extra)
 		if rng.IntN(2) == 0 {
@@ -721,6 +690,78 @@ func (s *sampler) claims(pod *corev1.Pod) []*resourceapi.ResourceClaim {
 		}
 	}
 	return claims
+}
+
+// gpuRequest is a request of gpus GPUs: with a selector or none, and what
+// the family adds (device tolerations, a capacity request, admin access, a
+// partition's size, a prioritized list).
+func (s *sampler) gpuRequest(gpus int64) resourceapi.DeviceRequest {
+	rng, fam := s.rng, s.fam
+	var sel []string
+	switch rng.IntN(3) {
+	case 0:
+		sel = append(sel, fmt.Sprintf(`device.capacity[%q].memory.compareTo(quantity(%q)) >= 0`, gpuDriver, s.model.memory))
+	case 1:
+		// Mostly the fleet's model: a selector that rules out every
+		// node proves nothing.
+		m := s.model.model
+		if rng.IntN(4) == 0 {
+			m = gpuModels()[rng.IntN(len(gpuModels()))].model
+		}
+		sel = append(sel, fmt.Sprintf(`device.attributes[%q].model == %q`, gpuDriver, m))
+	}
+	req := kube.Exactly(gpuClass, gpuClass, gpus, sel...)
+	if fam.has(deviceTaints) && rng.IntN(2) == 0 {
+		req.Exactly.Tolerations = []resourceapi.DeviceToleration{{Key: "ecc-errors", Operator: resourceapi.DeviceTolerationOpExists, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	}
+	if fam.has(taintRules) && rng.IntN(2) == 0 {
+		req.Exactly.Tolerations = append(req.Exactly.Tolerations, resourceapi.DeviceToleration{Key: "maintenance", Operator: resourceapi.DeviceTolerationOpExists})
+	}
+	if fam.has(consumable) && rng.IntN(4) > 0 {
+		req.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+			memory:    resource.MustParse([]string{"4Gi", "10Gi", "16Gi", "32Gi"}[rng.IntN(4)]),
+			"compute": resource.MustParse([]string{"250m", "300m", "500m"}[rng.IntN(3)]),
+		}}
+	}
+	if fam.has(adminAccess) && rng.IntN(3) < 1+s.bound() {
+		// Bound pods more often: what they hold is what admin access
+		// ignores.
+		req.Exactly.AdminAccess = new(true)
+	}
+	if fam.has(partitionable) && rng.IntN(2) == 0 {
+		half := resource.MustParse(s.model.memory)
+		half.Set(half.Value() / 2)
+		req.Exactly.Selectors = append(req.Exactly.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{
+			Expression: fmt.Sprintf(`device.capacity[%q].memory.compareTo(quantity(%q)) <= 0`, gpuDriver, half.String()),
+		}})
+	}
+	if fam.has(firstAvailable) && rng.IntN(6) > 0 {
+		req = resourceapi.DeviceRequest{Name: gpuClass, FirstAvailable: []resourceapi.DeviceSubRequest{
+			{
+				Name: "big", DeviceClassName: gpuClass, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: gpus + 1,
+				Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf(`device.attributes[%q].model == %q`, gpuDriver, s.model.model)}}},
+			},
+			{Name: "exact", DeviceClassName: gpuClass, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: gpus},
+			{Name: "one", DeviceClassName: gpuClass, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
+		}}
+	}
+	return req
+}
+
+// devicesClaim is the pod's claim of its requests: by name, or (in the
+// multi-claim family, half the time) from a template.
+func (s *sampler) devicesClaim(pod *corev1.Pod, reqs []resourceapi.DeviceRequest) *resourceapi.ResourceClaim {
+	var claim *resourceapi.ResourceClaim
+	if s.fam.has(multiClaim) && s.rng.IntN(2) == 0 {
+		claim = s.fromTemplate(pod, "devices", reqs...)
+	} else {
+		claim = kube.NewClaim(namespace, pod.Name+"-claim", reqs...)
+		pod.Spec.ResourceClaims = append(pod.Spec.ResourceClaims, corev1.PodResourceClaim{Name: "devices", ResourceClaimName: &claim.Name})
+	}
+	if s.fam.has(matchAttribute) && len(reqs) > 1 && reqs[0].Name == gpuClass && reqs[0].Exactly != nil {
+		claim.Spec.Devices.Constraints = []resourceapi.DeviceConstraint{{Requests: []string{gpuClass, "nic"}, MatchAttribute: new(resourceapi.FullyQualifiedName(numaAttribute))}}
+	}
+	return claim
 }
 
 // sharedClaim is a claim a bound pod holds, to be shared with another pod,

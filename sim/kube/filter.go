@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -138,7 +139,7 @@ func (c *Cluster) filterClaims(ctx context.Context, cy *cycle, n *Node) (string,
 			// the plugin allocates its claim with no requests.
 			extendedClaim = emptyExtendedClaim(p.Obj)
 		}
-		claims = append(claims[:len(claims):len(claims)], extendedClaim)
+		claims = append(slices.Clip(claims), extendedClaim)
 	}
 	results, err := cy.allocator.Allocate(ctx, node, claims)
 	switch {

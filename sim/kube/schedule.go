@@ -134,7 +134,8 @@ func (e *Evaluation) Pick() string {
 	}
 	h := &scoreHeap{names: slices.Clone(e.Scored), scores: slices.Clone(e.Scores)}
 	heap.Init(h)
-	return heap.Pop(h).(string)
+	top, _ := heap.Pop(h).(string) // scoreHeap's Pop returns a node's name.
+	return top
 }
 
 // scoreHeap orders nodes by total, highest first, as the framework's

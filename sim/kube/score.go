@@ -102,24 +102,32 @@ func (c *Cluster) draScores(p *Pod, allocations []*nodeAllocation) []int64 {
 				a = &na.results[j]
 				j++
 			}
-			chosen := map[string]bool{}
-			for _, r := range a.Devices.Results {
-				chosen[r.Request] = true
-			}
-			for _, req := range rc.Spec.Devices.Requests {
-				for k, sub := range req.FirstAvailable {
-					if chosen[req.Name+"/"+sub.Name] {
-						rank := int64(resourceapi.FirstAvailableDeviceRequestMaxSize - k)
-						if c.mutation == FlatSubRequestRank {
-							rank = resourceapi.FirstAvailableDeviceRequestMaxSize
-						}
-						raw[i] += rank
-					}
-				}
-			}
+			raw[i] += c.subRequestRanks(rc, a)
 		}
 	}
 	return defaultNormalize(raw, false)
+}
+
+// subRequestRanks sums, over the claim's prioritized lists, the rank of
+// the sub-request the allocation took.
+func (c *Cluster) subRequestRanks(rc *resourceapi.ResourceClaim, a *resourceapi.AllocationResult) int64 {
+	chosen := map[string]bool{}
+	for _, r := range a.Devices.Results {
+		chosen[r.Request] = true
+	}
+	var sum int64
+	for _, req := range rc.Spec.Devices.Requests {
+		for k, sub := range req.FirstAvailable {
+			if chosen[req.Name+"/"+sub.Name] {
+				rank := int64(resourceapi.FirstAvailableDeviceRequestMaxSize - k)
+				if c.mutation == FlatSubRequestRank {
+					rank = resourceapi.FirstAvailableDeviceRequestMaxSize
+				}
+				sum += rank
+			}
+		}
+	}
+	return sum
 }
 
 // taintScores is TaintToleration's score: the PreferNoSchedule taints the
