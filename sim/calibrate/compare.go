@@ -123,7 +123,7 @@ func compare(fw []podVerdict, sim []simPod) outcome {
 	o := outcome{feasible: true, evaluated: true, scores: true, best: true, bound: true, devices: true, pods: len(fw)}
 	var lines []string
 	for i, v := range fw {
-		o.count(v)
+		o = counted(o, v)
 		bad := func(ok *bool, what string, args ...any) {
 			*ok = false
 			lines = append(lines, fmt.Sprintf("  pod %d: %s", i, fmt.Sprintf(what, args...)))
@@ -136,8 +136,8 @@ func compare(fw []podVerdict, sim []simPod) outcome {
 	return o
 }
 
-// count counts what the framework's verdict on a pod was.
-func (o *outcome) count(v podVerdict) {
+// counted is o with what the framework's verdict on a pod was counted.
+func counted(o outcome, v podVerdict) outcome {
 	if len(v.scored) > 1 {
 		o.contested++
 		if len(v.best) == 1 {
@@ -148,6 +148,7 @@ func (o *outcome) count(v podVerdict) {
 	if v.bound == "" {
 		o.unschedulable++
 	}
+	return o
 }
 
 // comparePod compares the verdicts on one pod, calling bad with each
