@@ -488,7 +488,7 @@ func TestFleetSimThroughRunFunction(t *testing.T) {
 			t.Parallel()
 			// One input, read by one planner on both paths.
 			in := sim.Input(sim.AssumedBinding(b))
-			in.ObservationMaxAge = new("2m")
+			in.ObservationMaxAge = new("3m")
 			want, err := sim.Run(sc.Config(m, b, sim.Direct{Input: in}))
 			if err != nil {
 				t.Fatal(err)
