@@ -86,7 +86,9 @@ const (
 // Validate refuses a bad flag before anything is served, naming it.
 func (c *CLI) Validate() error {
 	var errs []error
-	bad := func(flag string, v any, why string) { errs = append(errs, fmt.Errorf("invalid --%s %q: %s", flag, fmt.Sprint(v), why)) }
+	bad := func(flag string, v any, why string) {
+		errs = append(errs, fmt.Errorf("invalid --%s %q: %s", flag, fmt.Sprint(v), why))
+	}
 	switch c.Network {
 	case "tcp", "tcp4", "tcp6":
 		if err := checkHostPort(c.Address); err != nil {
