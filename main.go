@@ -19,6 +19,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/assume"
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+	"github.com/modelplaneai/fleet-scheduler/internal/metrics"
 	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/internal/server"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
@@ -155,6 +156,7 @@ func (c *CLI) Run() error {
 	if err != nil {
 		return err
 	}
+	started(log, c)
 
 	so, err := server.Options(
 		function.Listen(c.Network, c.Address),
@@ -170,6 +172,15 @@ func (c *CLI) Run() error {
 	// and takes each request's buffer back once its call is done.
 	requests := codec.New(requiredClusters, requiredReplicas, requiredOwnReplicas, requiredUncountedReplicas)
 	fn := newFunction(log, c.ObjectCache, c.AssumedPlacementTTL)
+	fn.tel.ledger = c.Debug
+	if c.MetricsAddress != "" {
+		var held func(time.Time) int
+		if fn.planner.Ledger != nil {
+			held = fn.planner.Ledger.Held
+		}
+		fn.tel.metrics = metrics.New(time.Now, held)
+		so.MetricsRegistry.MustRegister(fn.tel.metrics)
+	}
 	if c.NarrowRequests {
 		fn.narrowing = plan.NewNarrowing(c.FullReadEvery)
 	}
@@ -180,7 +191,7 @@ func (c *CLI) Run() error {
 // with objectCache false), and no placement assumed yet (none ever with a
 // zero assumedTTL).
 func newFunction(log logging.Logger, objectCache bool, assumedTTL time.Duration) *Function {
-	fn := &Function{log: log, planner: plan.Planner{Selectors: scheduling.NewSelectors()}}
+	fn := &Function{log: log, planner: plan.Planner{Selectors: scheduling.NewSelectors()}, tel: &telemetry{log: log}}
 	if assumedTTL > 0 {
 		fn.planner.Ledger = assume.New(assumedTTL)
 	}
