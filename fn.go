@@ -46,7 +46,7 @@ type Function struct {
 // the next phase and returns the context's error: nobody reads its answer.
 func (f *Function) RunFunction(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
 	start := time.Now()
-	var s summary
+	s := summary{req: req}
 	rsp := response.To(req, response.DefaultTTL)
 	ensureDesired(rsp)
 	err := f.run(ctx, req, rsp, &s)

@@ -39,6 +39,7 @@ type telemetry struct {
 
 // summary is what one call did, filled in as it goes.
 type summary struct {
+	req *fnv1.RunFunctionRequest
 	xr *v1alpha1.ModelDeployment
 	// asked is a call that asked for the fleet, and planned nothing.
 	asked bool
@@ -51,6 +52,20 @@ type summary struct {
 	// planned is a call that planned, and outcome what it decided.
 	planned bool
 	outcome plan.Outcome
+}
+
+// name is the XR's namespace/name: as read, or as the request carries it
+// when the call failed before reading it.
+func (s *summary) name() string {
+	if s.xr != nil {
+		return s.xr.Metadata.Namespace + "/" + s.xr.Metadata.Name
+	}
+	meta := s.req.GetObserved().GetComposite().GetResource().GetFields()["metadata"].GetStructValue().GetFields()
+	ns, name := meta["namespace"].GetStringValue(), meta["name"].GetStringValue()
+	if name == "" {
+		return ""
+	}
+	return ns + "/" + name
 }
 
 // Log line keys and outcomes (docs/operations.md#the-log).
@@ -70,8 +85,8 @@ func (t *telemetry) called(s *summary, rsp *fnv1.RunFunctionResponse, err error,
 		return
 	}
 	kv := []any{}
-	if s.xr != nil {
-		kv = append(kv, "xr", s.xr.Metadata.Namespace+"/"+s.xr.Metadata.Name)
+	if xr := s.name(); xr != "" {
+		kv = append(kv, "xr", xr)
 	}
 	result, outcome := metrics.OK, outcomeAsked
 	switch {
