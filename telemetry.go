@@ -40,7 +40,7 @@ type telemetry struct {
 // summary is what one call did, filled in as it goes.
 type summary struct {
 	req *fnv1.RunFunctionRequest
-	xr *v1alpha1.ModelDeployment
+	xr  *v1alpha1.ModelDeployment
 	// asked is a call that asked for the fleet, and planned nothing.
 	asked bool
 	fleet *fleet.Fleet

@@ -51,10 +51,10 @@ func (r *recorder) log(debug bool, msg string, kv []any) {
 	r.lines = append(r.lines, l)
 }
 
-func (r *recorder) Info(msg string, kv ...any)       { r.log(false, msg, kv) }
-func (r *recorder) Debug(msg string, kv ...any)      { r.log(true, msg, kv) }
+func (r *recorder) Info(msg string, kv ...any)         { r.log(false, msg, kv) }
+func (r *recorder) Debug(msg string, kv ...any)        { r.log(true, msg, kv) }
 func (r *recorder) WithValues(...any) rtlogging.Logger { return r }
-func (r *recorder) take() []line                     { l := r.lines; r.lines = nil; return l }
+func (r *recorder) take() []line                       { l := r.lines; r.lines = nil; return l }
 
 func TestTelemetryLog(t *testing.T) {
 	gpu := fx.GPU("gpu", 8, "80Gi")
