@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -199,6 +200,40 @@ func newFunction(log logging.Logger, objectCache bool, assumedTTL time.Duration)
 		fn.fleet = fleet.NewReader()
 	}
 	return fn
+}
+
+// started logs the line a server starts with: its version, its flags and
+// the limits it enforces.
+func started(log logging.Logger, c *CLI) {
+	version, revision := "(unknown)", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		version = bi.Main.Version
+		settings := map[string]string{}
+		for _, s := range bi.Settings {
+			settings[s.Key] = s.Value
+		}
+		revision = settings["vcs.revision"]
+		if settings["vcs.modified"] == "true" {
+			revision += "+modified"
+		}
+	}
+	flags := map[string]any{
+		"debug": c.Debug, "network": c.Network, "address": c.Address, "insecure": c.Insecure,
+		"tlsServerCertsDir": c.TLSCertsDir, "metricsAddress": c.MetricsAddress,
+		"maxRecvMessageSizeMB": c.MaxRecvMessageSize, "maxConcurrentStreams": c.MaxConcurrentStreams,
+		"assumedPlacementTTL": c.AssumedPlacementTTL.String(), "objectCache": c.ObjectCache,
+		"narrowRequests": c.NarrowRequests, "fullReadEvery": c.FullReadEvery.String(),
+	}
+	limits := map[string]any{
+		"maxResponseBytes": maxResponseBytes, "metricsStaleAfter": metrics.StaleAfter.String(),
+		"observationMaxAge":       plan.MinObservationMaxAge.String() + ".." + plan.MaxObservationMaxAge.String(),
+		"maxRecvMessageSizeMB":    fmt.Sprintf("%d..%d", minMaxRecvMessageSizeMB, maxMaxRecvMessageSizeMB),
+		"assumedPlacementTTL":     fmt.Sprintf("0s or %s..%s", minAssumedPlacementTTL, maxAssumedPlacementTTL),
+		"fullReadEvery":           fmt.Sprintf("%s..%s", minFullReadEvery, maxFullReadEvery),
+		"replaceUnscheduledAfter": fmt.Sprintf("0s or %s..%s", plan.MinReplaceUnscheduledAfter, plan.MaxReplaceUnscheduledAfter),
+	}
+	log.Info("Starting fleet-scheduler", "version", version, "revision", revision,
+		"flags", flags, "limits", limits)
 }
 
 // parser is the command line's parser, its defaults filled in.

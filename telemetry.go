@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -303,34 +302,4 @@ func (t *telemetry) logger() logging.Logger {
 		return logging.NewNopLogger()
 	}
 	return t.log
-}
-
-// started logs the line a server starts with: its version, its flags and
-// the limits it enforces.
-func started(log logging.Logger, c *CLI) {
-	version, revision := "(unknown)", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		version = bi.Main.Version
-		settings := map[string]string{}
-		for _, s := range bi.Settings {
-			settings[s.Key] = s.Value
-		}
-		revision = settings["vcs.revision"]
-		if settings["vcs.modified"] == "true" {
-			revision += "+modified"
-		}
-	}
-	flags := map[string]any{
-		"debug": c.Debug, "network": c.Network, "address": c.Address, "insecure": c.Insecure,
-		"tlsServerCertsDir": c.TLSCertsDir, "metricsAddress": c.MetricsAddress,
-		"maxRecvMessageSizeMB": c.MaxRecvMessageSize, "maxConcurrentStreams": c.MaxConcurrentStreams,
-		"assumedPlacementTTL": c.AssumedPlacementTTL.String(), "objectCache": c.ObjectCache,
-		"narrowRequests": c.NarrowRequests, "fullReadEvery": c.FullReadEvery.String(),
-	}
-	limits := map[string]any{
-		"maxResponseBytes": maxResponseBytes, "maxWarnings": maxWarnings,
-		"metricsStaleAfter": metrics.StaleAfter.String(),
-	}
-	log.Info("Starting fleet-scheduler", "version", version, "revision", revision,
-		"flags", flags, "limits", limits)
 }
