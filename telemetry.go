@@ -144,7 +144,8 @@ type counts struct {
 	reason                                    string
 }
 
-// count counts what the call composed of its plan: placed are the
+// count counts what the call composed of its plan (or of what it kept, for
+// an outcome without one): placed are the
 // ModelReplicas the response composes, kept those of them it did not
 // place anew, dropped those it observed and no longer composes, and the
 // reason the first of the shortfall's.
@@ -163,6 +164,11 @@ func count(s *summary, rsp *fnv1.RunFunctionResponse) counts {
 	}
 	p := s.outcome.Plan
 	if s.outcome.Kind != plan.Placed || p == nil {
+		// Nothing new placed: the deployment is short of what it asks for
+		// by what the response keeps.
+		n.wanted = max(s.xr.Spec.Replicas, 0)
+		n.kept = n.placed
+		n.unplaced = max(int(n.wanted)-n.placed, 0)
 		return n
 	}
 	fresh := 0

@@ -89,8 +89,18 @@ func TestTelemetryLog(t *testing.T) {
 	cases := map[string]struct {
 		reason string
 		reqs   []*fnv1.RunFunctionRequest
+		ledger bool
 		want   [][]line
 	}{
+		"DebugLedger": {
+			reason: "With --debug each pool's ledger once the call placed: both whole-node pools full.",
+			reqs:   []*fnv1.RunFunctionRequest{short("1")},
+			ledger: true,
+			want: [][]line{placed(warned("1"),
+				line{Debug: true, Msg: "Pool ledger", KV: map[string]any{"xr": fx.Namespace + "/m", "cluster": "a", "pool": "h100", "wholeNode": true, "saturated": false, "free": "2x[gpu=0]"}},
+				line{Debug: true, Msg: "Pool ledger", KV: map[string]any{"xr": fx.Namespace + "/m", "cluster": "b", "pool": "h100", "wholeNode": true, "saturated": false, "free": "1x[gpu=0]"}},
+			)},
+		},
 		"Fatal": {
 			reason: "A Fatal input is one line, with the error and the XR, read before anything else is.",
 			reqs:   []*fnv1.RunFunctionRequest{fatal},
@@ -103,6 +113,14 @@ func TestTelemetryLog(t *testing.T) {
 			reqs:   []*fnv1.RunFunctionRequest{asked},
 			want:   [][]line{{{Msg: "Called", KV: map[string]any{"xr": fx.Namespace + "/m", "outcome": "asked"}}}},
 		},
+		"NoClusters": {
+			reason: "A call with no cluster to place on is short of every replica.",
+			reqs:   []*fnv1.RunFunctionRequest{request(t, xr, nil, nil)},
+			want: [][]line{{{Msg: "Called", KV: map[string]any{
+				"xr": fx.Namespace + "/m", "outcome": "noClusters", "wanted": int64(4), "placed": 0, "kept": 0, "dropped": 0,
+				"replaced": 0, "unplaced": 4, "wholeNode": map[string]int{}, "assumed": 0,
+			}}}},
+		},
 		"InvalidReportOncePerVersion": {
 			reason: "A call short of capacity says how short and why; an invalid report is warned of once, until its cluster changes.",
 			reqs:   []*fnv1.RunFunctionRequest{short("1"), short("1"), short("2")},
@@ -112,7 +130,7 @@ func TestTelemetryLog(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			rec := &recorder{}
-			f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, planner: plan.Planner{Selectors: scheduling.NewSelectors()}, tel: &telemetry{log: rec}}
+			f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, planner: plan.Planner{Selectors: scheduling.NewSelectors()}, tel: &telemetry{log: rec, ledger: tc.ledger}}
 			for i, req := range tc.reqs {
 				if _, err := f.RunFunction(context.Background(), req); err != nil {
 					t.Fatalf("call %d: RunFunction(...): %v", i, err)
@@ -122,5 +140,39 @@ func TestTelemetryLog(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTelemetryKeptDropped scales a deployment down: the replica it keeps
+// is kept, the ones it no longer composes dropped.
+func TestTelemetryKeptDropped(t *testing.T) {
+	gpu := fx.GPU("gpu", 8, "80Gi")
+	a := fx.Cluster("a").Pools(fx.Pool("h100", 3).Devices(gpu).Obj()).Obj()
+	rec := &recorder{}
+	f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, planner: plan.Planner{Selectors: scheduling.NewSelectors()}, tel: &telemetry{log: rec}}
+	xr := fx.Deployment("m").Replicas(3).Engines(fx.Standalone("main", fx.GPURequest(8))).Obj()
+	rsp, err := f.RunFunction(context.Background(), request(t, xr, []any{a}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.take()
+	xr.Spec.Replicas = 1
+	req := request(t, xr, []any{a}, nil)
+	req.Observed.Resources = map[string]*fnv1.Resource{}
+	var replicas []any
+	for k, r := range rsp.GetDesired().GetResources() {
+		req.Observed.Resources[k] = r
+		replicas = append(replicas, replicaFrom(t, rsp, k))
+	}
+	req.RequiredResources[requiredReplicas] = resources(t, replicas...)
+	if _, err := f.RunFunction(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	want := []line{{Msg: "Called", KV: map[string]any{
+		"xr": fx.Namespace + "/m", "outcome": "placed", "wanted": int64(1), "placed": 1, "kept": 1, "dropped": 2,
+		"replaced": 0, "unplaced": 0, "wholeNode": map[string]int{"missing": 1}, "assumed": 0,
+	}}}
+	if diff := cmp.Diff(want, rec.take()); diff != "" {
+		t.Errorf("scaled from 3 to 1: logged -want, +got:\n%s", diff)
 	}
 }
