@@ -81,8 +81,8 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, rsp *f
 	clusters, readErr := f.fleet.ReadClusters(codec.ItemsOf(req.GetRequiredResources()[requiredClusters]), now, settings.ObservationMaxAge)
 	_, wentFull := req.GetRequiredResources()[requiredReplicas]
 	ask := plan.Ask{Deployment: xr.Metadata.UID, WentFull: wentFull || readErr != nil, Now: now}
-	if clusters != nil && req.GetRequiredResources()[requiredClusters] != nil {
-		ask.Clusters = clusters.Clusters
+	if _, carried := req.GetRequiredResources()[requiredClusters]; carried && clusters != nil {
+		ask.Carried, ask.Clusters = true, clusters.Clusters
 	}
 	required, resolved, err := requireFleet(req, rsp, xr, f.narrowing.Narrow(ask))
 	if err != nil || !resolved {

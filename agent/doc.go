@@ -73,14 +73,35 @@
 // the allocator fails, as it does on a CEL runtime error in a class
 // selector (as kube-scheduler's allocation would).
 //
+// # Counting node by node
+//
+// An agent that keeps its view in informers need not recount every node
+// of a pool on each event: a Counter (NewCounter, of the pool and the
+// cluster's DeviceClasses) counts one node at a time from a NodeView (the
+// Node, and the slices and claims of the resource pools on it: SliceNodes
+// and ClaimPools name what to index them by), and Counter.Report groups
+// the nodes' NodeFree into the pool's Report. PoolReport is a Counter run
+// over every node of a view, and reports the same.
+//
 // # Publishing
 //
-// The Report marshals to the three fields, for a merge patch of the pool's
-// entry in the InferenceCluster's status; Fill sets them on a
-// v1alpha1.GPUPool as the function decodes them. Modelplane v0.3's
-// InferenceCluster XRD prunes these fields: apply the extended one the
-// project ships, deploy/inferenceclusters.yaml, first. Publish on every
-// change and at least every minute, well inside the function's
+// The cluster agent (cmd/cluster-agent, docs/cluster-agent.md) writes a
+// pool's Report, whose JSON is these three fields, to the status of the
+// pool's PoolObservation (agent.modelplane.ai/v1alpha1) in its own
+// cluster: an update of the status subresource that carries the object's
+// resourceVersion, so that two replicas of an agent never interleave a
+// stale report. The control plane reads it back and relays it into the
+// pool's entry of the InferenceCluster's status.gpuPools[]. Fill sets the
+// three fields on a v1alpha1.GPUPool as the function decodes them.
+//
+// Never publish a report with a JSON merge patch of status.gpuPools: a
+// merge patch replaces a list whole (RFC 7386), so it drops every other
+// pool's entry and the fields the agent does not own. A relay writes the
+// one pool's entry: by server-side apply (gpuPools is a list keyed by
+// name in the extended XRD, deploy/inferenceclusters.yaml, which
+// Modelplane v0.3's XRD needs to keep these fields at all), or by an
+// update of the whole status carrying its resourceVersion. Publish on
+// every change and at least every minute, well inside the function's
 // observationMaxAge (5m by default).
 //
 // # Cost

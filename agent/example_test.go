@@ -67,8 +67,9 @@ func ExamplePoolReport() {
 		return
 	}
 
-	// Publish it: as a merge patch of the pool's status entry, or onto the
-	// InferenceCluster's pool as the function reads it.
+	// Publish it: its JSON is the three fields of the pool's
+	// PoolObservation status (the cluster agent writes them there), or
+	// set them on the InferenceCluster's pool as the function reads it.
 	patch, err := json.Marshal(report)
 	if err != nil {
 		fmt.Println(err)

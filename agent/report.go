@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -101,65 +100,15 @@ func PoolReport(ctx context.Context, pool Pool, view View) (Report, error) {
 		return Report{}, err
 	}
 	c := &counter{devices: devices, classes: classes, slices: sliceIdx, holdings: held}
-
-	var groups []group
-	byFree := map[string]int{}
-	var key []byte
-	var leftOut map[string]string
+	counted := make([]NodeFree, 0, len(nodes))
 	for _, n := range nodes {
-		why := unschedulable(n, pool.Tolerations)
-		if id, incomplete := sliceIdx.incomplete(n.Name); why == "" && incomplete {
-			why = fmt.Sprintf("resource pool %s is incomplete", id)
-		}
-		if why != "" {
-			if leftOut == nil {
-				leftOut = map[string]string{}
-			}
-			leftOut[n.Name] = why
-			continue
-		}
-		if err := ctx.Err(); err != nil {
-			return Report{}, fmt.Errorf("pool %s: %w", pool.Name, err)
-		}
-		free, err := c.free(ctx, n)
+		nf, err := c.node(ctx, n, pool.Tolerations)
 		if err != nil {
 			return Report{}, fmt.Errorf("pool %s: %w", pool.Name, err)
 		}
-		key = key[:0]
-		for _, f := range free {
-			key = strconv.AppendInt(append(key, ','), f, 10)
-		}
-		if i, ok := byFree[string(key)]; ok {
-			groups[i].nodes++
-			continue
-		}
-		byFree[string(key)] = len(groups)
-		groups = append(groups, group{free: free, nodes: 1})
+		counted = append(counted, nf)
 	}
-	slices.SortFunc(groups, func(a, b group) int { return compareFree(a.free, b.free) })
-	groups = merge(groups, MaxBuckets)
-
-	r := Report{
-		ObservedNodes: int64(len(nodes)),
-		// Rounded down: a replica's PodsScheduled time is whole seconds,
-		// and the function counts a replica as reported when that time is
-		// strictly before observedAt. A pod bound at 12:00:00.7, after a
-		// sync at 12:00:00.5, reads as bound at 12:00:00: not before
-		// 12:00:00, so it is still charged, as it must be.
-		ObservedAt:         view.SyncedAt.UTC().Truncate(time.Second),
-		NodesByFreeDevices: make([]Bucket, 0, len(groups)),
-		LeftOut:            leftOut,
-	}
-	for _, g := range groups {
-		b := Bucket{Nodes: g.nodes, Free: []Free{}}
-		for k, d := range devices {
-			if g.free[k] > 0 {
-				b.Free = append(b.Free, Free{Name: d.name, Count: g.free[k]})
-			}
-		}
-		r.NodesByFreeDevices = append(r.NodesByFreeDevices, b)
-	}
-	return r, nil
+	return histogramOf(devices, counted, view.SyncedAt), nil
 }
 
 // poolNodes checks the view's Nodes and returns the pool's, by name.

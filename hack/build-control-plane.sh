@@ -15,6 +15,7 @@
 #
 #   ./hack/build-control-plane.sh            # build what is not current
 #   ./hack/build-control-plane.sh --check    # also: each wrapper's go.mod is tidy
+#   ./hack/build-control-plane.sh etcd kube-apiserver   # only these (the agent's tests need no more)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,12 +28,18 @@ export GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false"
 check=false
 if [[ "${1:-}" == "--check" ]]; then
   check=true
+  shift
 fi
+# The binaries to build: those named, or every one.
+only=("$@")
 
 # build WRAPPER NAME PACKAGE LDFLAGS builds the tool PACKAGE of the wrapper
 # module test/live/controlplane/WRAPPER into bin/control-plane/NAME.
 build() {
   local wrapper="$1" name="$2" pkg="$3" ldflags="$4"
+  if [[ ${#only[@]} -gt 0 && " ${only[*]} " != *" ${name} "* ]]; then
+    return
+  fi
   local dir="${wrappers}/${wrapper}" bin="${out}/${name}" stamp="${out}/.${name}.stamp"
   local want
   want="${pkg} $(cat "${dir}/go.mod" "${dir}/go.sum" | sha256sum | cut -c1-16) $(go env GOVERSION) $(go env GOOS)/$(go env GOARCH)"

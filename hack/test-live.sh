@@ -24,4 +24,4 @@ cd "${root}"
 (cd test/live && go mod tidy -diff && go vet ./...)
 
 cd test/live
-exec go test -count=1 -timeout=45m -v "$@" ./...
+exec go test -count=1 -timeout=45m -v "$@" .

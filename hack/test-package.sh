@@ -21,6 +21,7 @@ cd "${root}"
 for mod in test tools/image; do
   (cd "${mod}" && go mod tidy -diff && go vet ./...)
 done
+(cd tools/image && go test -count=1 ./...)
 
 cd test
 exec go test -count=1 -timeout=30m -v "$@" ./...

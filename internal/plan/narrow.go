@@ -50,8 +50,10 @@ type Ask struct {
 	// WentFull is whether an earlier iteration of the call asked for the
 	// whole fleet: it then stays full.
 	WentFull bool
-	// Clusters are the clusters this iteration carries, read and judged;
-	// nil before Crossplane has fetched any.
+	// Carried is whether this iteration carries the clusters Crossplane
+	// fetched (maybe none); false before it has fetched them.
+	Carried bool
+	// Clusters are the clusters this iteration carries, read and judged.
 	Clusters []scheduling.Cluster
 	Now      time.Time
 }
@@ -74,7 +76,7 @@ func (n *Narrowing) Narrow(a Ask) bool {
 	if !labelled || !ok || a.Now.Sub(last) >= n.every || a.Now.Before(last) {
 		return false
 	}
-	if a.Clusters == nil {
+	if !a.Carried {
 		return usable
 	}
 	for _, c := range a.Clusters {

@@ -40,7 +40,7 @@ func TestNarrow(t *testing.T) {
 		"EveryPoolUsable": {
 			reason: "A labelled fleet, read whole a minute ago, and every pool of the clusters carried usable: narrow.",
 			n:      labelled(),
-			ask:    Ask{Deployment: "uid-d", Clusters: usable, Now: at.Add(time.Minute)},
+			ask:    Ask{Deployment: "uid-d", Carried: true, Clusters: usable, Now: at.Add(time.Minute)},
 			want:   true,
 		},
 		"NoClustersYet": {
@@ -58,30 +58,40 @@ func TestNarrow(t *testing.T) {
 			}(),
 			ask: Ask{Deployment: "uid-d", Now: at},
 		},
+		"NoClustersCarried": {
+			reason: "Crossplane fetched the clusters and found none: nothing carried can be unusable, whatever the last call found.",
+			n: func() *Narrowing {
+				n := labelled()
+				n.Answered("uid-d", judged(pool("p", true), pool("q", false)))
+				return n
+			}(),
+			ask:  Ask{Deployment: "uid-d", Carried: true, Now: at},
+			want: true,
+		},
 		"APoolOnWholeNodes": {
 			reason: "A pool without a usable report charges every replica on it, counted or not: full.",
 			n:      labelled(),
-			ask:    Ask{Deployment: "uid-d", Clusters: judged(pool("p", true), pool("q", false)), Now: at},
+			ask:    Ask{Deployment: "uid-d", Carried: true, Clusters: judged(pool("p", true), pool("q", false)), Now: at},
 		},
 		"AClusterUnreadable": {
 			reason: "A cluster that does not read has pools no one knows: full.",
 			n:      labelled(),
-			ask:    Ask{Deployment: "uid-d", Clusters: append(usable, scheduling.Cluster{Object: fx.Cluster("b").Obj(), Unreadable: "status: bad"}), Now: at},
+			ask:    Ask{Deployment: "uid-d", Carried: true, Clusters: append(usable, scheduling.Cluster{Object: fx.Cluster("b").Obj(), Unreadable: "status: bad"}), Now: at},
 		},
 		"WentFull": {
 			reason: "Once an iteration of a call asked for the whole fleet, the call stays full.",
 			n:      labelled(),
-			ask:    Ask{Deployment: "uid-d", WentFull: true, Clusters: usable, Now: at},
+			ask:    Ask{Deployment: "uid-d", WentFull: true, Carried: true, Clusters: usable, Now: at},
 		},
 		"Fixture": {
 			reason: "An XR without a uid is a fixture's: it never reads narrowly.",
 			n:      labelled(),
-			ask:    Ask{Clusters: usable, Now: at},
+			ask:    Ask{Carried: true, Clusters: usable, Now: at},
 		},
 		"NeverReadWhole": {
 			reason: "A server that has not read a fleet whole (just started) knows of no labels: full.",
 			n:      NewNarrowing(DefaultFullEvery),
-			ask:    Ask{Deployment: "uid-d", Clusters: usable, Now: at},
+			ask:    Ask{Deployment: "uid-d", Carried: true, Clusters: usable, Now: at},
 		},
 		"AnUnlabelledReplica": {
 			reason: "A whole fleet with one replica unlabelled (Modelplane v0.3's, or an older version's) never goes narrow.",
@@ -90,7 +100,7 @@ func TestNarrow(t *testing.T) {
 				n.ReadWhole("uid-other", 1, 0, at)
 				return n
 			}(),
-			ask: Ask{Deployment: "uid-d", Clusters: usable, Now: at},
+			ask: Ask{Deployment: "uid-d", Carried: true, Clusters: usable, Now: at},
 		},
 		"FixturesProveNothing": {
 			reason: "A fleet of fixtures, unlabelled, does not change what the server knows of the fleet.",
@@ -99,27 +109,27 @@ func TestNarrow(t *testing.T) {
 				n.ReadWhole("uid-other", 3, 3, at)
 				return n
 			}(),
-			ask:  Ask{Deployment: "uid-d", Clusters: usable, Now: at},
+			ask:  Ask{Deployment: "uid-d", Carried: true, Clusters: usable, Now: at},
 			want: true,
 		},
 		"DueAFullRead": {
 			reason: "A deployment reads the whole fleet at least every five minutes, whatever else holds.",
 			n:      labelled(),
-			ask:    Ask{Deployment: "uid-d", Clusters: usable, Now: at.Add(DefaultFullEvery)},
+			ask:    Ask{Deployment: "uid-d", Carried: true, Clusters: usable, Now: at.Add(DefaultFullEvery)},
 		},
 		"AnotherDeployment": {
 			reason: "Another deployment's full read does not count for this one's: it reads the fleet whole first.",
 			n:      labelled(),
-			ask:    Ask{Deployment: "uid-e", Clusters: usable, Now: at},
+			ask:    Ask{Deployment: "uid-e", Carried: true, Clusters: usable, Now: at},
 		},
 		"ClockBackwards": {
 			reason: "A clock before the last full read proves nothing about how long ago it was.",
 			n:      labelled(),
-			ask:    Ask{Deployment: "uid-d", Clusters: usable, Now: at.Add(-time.Second)},
+			ask:    Ask{Deployment: "uid-d", Carried: true, Clusters: usable, Now: at.Add(-time.Second)},
 		},
 		"NoNarrowing": {
 			reason: "A server run with --no-narrow-requests always reads the fleet whole.",
-			ask:    Ask{Deployment: "uid-d", Clusters: usable, Now: at},
+			ask:    Ask{Deployment: "uid-d", Carried: true, Clusters: usable, Now: at},
 		},
 	}
 	for name, tc := range cases {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/test/internal/pki"
 	"github.com/modelplaneai/fleet-scheduler/test/internal/testenv"
+	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
 )
 
 const (
@@ -36,7 +37,7 @@ type controlPlane struct {
 
 	kube client.Client
 
-	function     *process
+	function     *harness.Process
 	functionBin  string
 	functionAddr string
 	functionArgs []string
@@ -44,20 +45,15 @@ type controlPlane struct {
 	// every request.
 	recorder *recorder
 	// crossplane is Crossplane core's process.
-	crossplane *process
+	crossplane *harness.Process
 }
 
 // startControlPlane starts everything the live test needs and stops it when
 // the test ends.
 func startControlPlane(t *testing.T) *controlPlane {
 	t.Helper()
-	if why := os.Getenv(envSkip); why != "" {
-		t.Skip("SKIP: " + why)
-	}
-	if os.Getenv(envInNamespaces) == "" {
-		t.Skip("SKIP: the live tests run from TestMain, which builds what they need")
-	}
-	cp := &controlPlane{root: testenv.RepoRoot(t), logs: os.Getenv(envLogs)}
+	suite.Skip(t)
+	cp := &controlPlane{root: testenv.RepoRoot(t), logs: suite.Logs()}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the processes' logs are in %s", cp.logs)
@@ -137,13 +133,14 @@ func (cp *controlPlane) startAPIServer(t *testing.T) (*rest.Config, string) {
 // finalizer that only the garbage collector removes.
 func (cp *controlPlane) startControllerManager(t *testing.T, kubeconfig string) {
 	t.Helper()
-	p := startProcess(t, cp.logs, "kube-controller-manager", filepath.Join(cp.root, "bin", "control-plane", "kube-controller-manager"), nil,
+	p := harness.StartProcess(t, cp.logs, "kube-controller-manager", filepath.Join(cp.root, "bin", "control-plane", "kube-controller-manager"), nil,
 		"--kubeconfig="+kubeconfig,
 		"--controllers=garbagecollector",
 		"--leader-elect=false",
 		"--secure-port=0", // serves nothing
 	)
-	p.running(t)
+	p.Running(t)
+	cp.crossplane = p
 }
 
 // dumpObjects writes what the test's kinds hold to objects.yaml in the logs.
@@ -199,7 +196,7 @@ func (cp *controlPlane) startCrossplane(t *testing.T, kubeconfig, clientCerts st
 	// Init applies the CRDs and uses them at once, before the API server
 	// serves them; in a cluster the kubelet restarts the init container.
 	for attempt := 1; ; attempt++ {
-		err := runToEnd(t, cp.logs, "crossplane-init", bin, initEnv, "core", "init", "--enable-webhooks=false")
+		err := harness.RunToEnd(t, cp.logs, "crossplane-init", bin, initEnv, "core", "init", "--enable-webhooks=false")
 		if err == nil {
 			break
 		}
@@ -215,15 +212,16 @@ func (cp *controlPlane) startCrossplane(t *testing.T, kubeconfig, clientCerts st
 	}
 	// Crossplane listens on :<port> (every interface) for metrics and health:
 	// in this test's network namespace that is loopback only.
-	p := startProcess(t, cp.logs, "crossplane", bin, env, "--debug", "core", "start",
+	metricsPort := port(t)
+	p := harness.StartProcess(t, cp.logs, "crossplane", bin, env, "--debug", "core", "start",
 		"--package-runtime=Function=External",
 		"--enable-webhooks=false",
 		"--tls-client-certs-dir="+clientCerts,
 		"--xpkg-cache-dir="+cache,
-		"--metrics-port="+port(t),
+		"--metrics-port="+metricsPort,
 		"--health-probe-port="+port(t),
 	)
-	p.running(t)
+	p.Running(t)
 	cp.crossplane = p
 }
 
@@ -231,14 +229,14 @@ func (cp *controlPlane) startCrossplane(t *testing.T, kubeconfig, clientCerts st
 // test, serving RunFunction with mTLS on the loopback address picked for it.
 func (cp *controlPlane) startFunction(t *testing.T) {
 	t.Helper()
-	cp.function = startProcess(t, cp.logs, "function", cp.functionBin, nil, cp.functionArgs...)
-	cp.function.waitListening(t, cp.functionAddr, 30*time.Second)
+	cp.function = harness.StartProcess(t, cp.logs, "function", cp.functionBin, nil, cp.functionArgs...)
+	cp.function.WaitListening(t, cp.functionAddr, 30*time.Second)
 }
 
 // stopFunction stops the function, as a pod that goes away.
 func (cp *controlPlane) stopFunction(t *testing.T) {
 	t.Helper()
-	cp.function.stop(t)
+	cp.function.Stop(t)
 }
 
 // pushPackage pushes the package ./hack/build-xpkg.sh built to a registry

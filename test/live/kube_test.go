@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
 )
 
 // object returns an empty object of a kind, with a name.
@@ -122,25 +124,12 @@ func list(t *testing.T, kube client.Client, apiVersion, kind string, opts ...cli
 	return l.Items
 }
 
-// eventually calls check until it returns nil, failing the test with its last
-// error once timeout has passed. It returns how long it waited.
+// eventually calls check until it returns nil, failing the test with its
+// last error once timeout has passed (harness.Eventually, every 250ms). It
+// returns how long it waited.
 func eventually(t *testing.T, timeout time.Duration, what string, check func() error) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for {
-		err := check()
-		if err == nil {
-			return time.Since(start)
-		}
-		if time.Since(start) > timeout {
-			t.Fatalf("not within %s: %s: %v", timeout, what, err)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatalf("%s: %v", what, t.Context().Err())
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+	return harness.Eventually(t, timeout, 250*time.Millisecond, what, check)
 }
 
 // condition returns an object's status condition of a type; nil when absent.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
 )
 
 // envNarrowScale lists the fleet sizes TestNarrowCostsOnALiveControlPlane
@@ -60,16 +62,21 @@ func TestNarrowCostsOnALiveControlPlane(t *testing.T) {
 		}
 		cp.createPausedReplicas(t, created, n)
 		created = n
-		full := cp.measureReconciles(t, "--no-narrow-requests", 5)
-		narrow := cp.measureReconciles(t, "", 5)
+		// Narrow first: a Go process seldom gives memory back soon, so the
+		// full reads' peak would otherwise stand in for the narrow ones'.
+		narrow := cp.measureReconciles(t, "", 10)
+		full := cp.measureReconciles(t, "--no-narrow-requests", 10)
 		if !narrow.narrow {
 			t.Fatalf("at %d replicas the measured calls did not go narrow", n)
 		}
-		row := fmt.Sprintf("| %d | %.3f | %.3f | %.2f | %d | %d | %.3f |", n, full.cpu, narrow.cpu, narrow.cpu/full.cpu, full.bytes, narrow.bytes, float64(narrow.bytes)/float64(full.bytes))
+		row := fmt.Sprintf("| %d | %.3f | %.3f | %.2f | %d | %d | %.2f | %d | %d | %.3f |", n,
+			full.cpu, narrow.cpu, narrow.cpu/full.cpu,
+			full.peakRSS>>20, narrow.peakRSS>>20, float64(narrow.peakRSS)/float64(full.peakRSS),
+			full.bytes, narrow.bytes, float64(narrow.bytes)/float64(full.bytes))
 		t.Log(row)
 		rows = append(rows, row)
 	}
-	t.Logf("\n| replicas | Crossplane CPU s per reconcile, full | narrow | ratio | bytes per reconcile, full | narrow | ratio |\n|---:|---:|---:|---:|---:|---:|---:|\n%s", strings.Join(rows, "\n"))
+	t.Logf("\n| replicas | Crossplane CPU s per reconcile, full | narrow | ratio | Crossplane peak RSS MiB, full | narrow | ratio | bytes per reconcile, full | narrow | ratio |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n%s", strings.Join(rows, "\n"))
 }
 
 // createPausedReplicas creates the replicas of indexes [from, to) of other
@@ -132,14 +139,19 @@ func pausedReplica(spec map[string]any, i int) (*unstructured.Unstructured, map[
 
 // reconcileCost is what a run of reconciles cost, per reconcile.
 type reconcileCost struct {
-	cpu    float64 // Crossplane core's CPU seconds
-	bytes  int     // bytes of the requests Crossplane sent the function
-	narrow bool    // whether the measured calls read narrowly
+	cpu     float64 // Crossplane core's CPU seconds
+	rss     int64   // Crossplane core's resident memory before the reconciles
+	peakRSS int64   // the most it held during them
+	bytes   int     // bytes of the requests Crossplane sent the function
+	narrow  bool    // whether the measured calls read narrowly
 }
 
 // measureReconciles restarts the function with a flag (none for its
 // defaults), lets its first calls read the fleet, then pokes the XR k
-// times, one reconcile after another, and measures them.
+// times, one reconcile after another, and measures them. Crossplane does
+// other work meanwhile (the paused replicas' own reconciles, which return
+// at once, its watches): its CPU over as long a window without a poke is
+// taken off.
 func (cp *controlPlane) measureReconciles(t *testing.T, flag string, k int) reconcileCost {
 	t.Helper()
 	cp.stopFunction(t)
@@ -147,8 +159,8 @@ func (cp *controlPlane) measureReconciles(t *testing.T, flag string, k int) reco
 	if flag != "" {
 		args = append(slices.Clone(args), flag)
 	}
-	cp.function = startProcess(t, cp.logs, "function", cp.functionBin, nil, args...)
-	cp.function.waitListening(t, cp.functionAddr, 30*time.Second)
+	cp.function = harness.StartProcess(t, cp.logs, "function", cp.functionBin, nil, args...)
+	cp.function.WaitListening(t, cp.functionAddr, 30*time.Second)
 	poke := cp.poker(t)
 	// Two reconciles to warm up: the server's first reads the fleet whole
 	// and finds it labelled, its caches fill.
@@ -156,10 +168,15 @@ func (cp *controlPlane) measureReconciles(t *testing.T, flag string, k int) reco
 	fresh := asOf(t, readFleet(t, cp.root).clusters, time.Now())
 	cp.applyAll(t, fresh)
 	cp.reconciles(t, poke, 1)
-	cpu0 := cp.crossplane.cpuSeconds(t)
+	before, start := cp.crossplaneUsage(t), time.Now()
+	peak := cp.peakRSS(t)
 	calls := cp.reconciles(t, poke, k)
-	cpu := cp.crossplane.cpuSeconds(t) - cpu0
-	out := reconcileCost{cpu: cpu / float64(k), narrow: true}
+	most, after, took := peak(), cp.crossplaneUsage(t), time.Since(start)
+	time.Sleep(took)
+	idle := cp.crossplaneUsage(t).CPU - after.CPU
+	cpu := after.CPU - before.CPU
+	t.Logf("%s: Crossplane used %.2fs of CPU in %s of %d reconciles, and %.2fs in as long without; its RSS went from %d to %d MiB at most", flag, cpu, took.Round(time.Second), k, idle, before.RSS>>20, most>>20)
+	out := reconcileCost{cpu: (cpu - idle) / float64(k), rss: before.RSS, peakRSS: most, narrow: true}
 	for _, c := range calls {
 		out.bytes += c.bytes
 		if slices.Contains(c.required, "all-replicas") {
@@ -195,4 +212,38 @@ func (cp *controlPlane) reconciles(t *testing.T, poke func(), k int) []recordedC
 		})
 	}
 	return fleetCalls
+}
+
+// crossplaneUsage is what Crossplane core has used so far.
+func (cp *controlPlane) crossplaneUsage(t *testing.T) harness.Usage {
+	t.Helper()
+	u, err := cp.crossplane.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// peakRSS samples Crossplane core's resident memory every 50 ms until
+// stopped, and gives the most it saw.
+func (cp *controlPlane) peakRSS(t *testing.T) (stop func() int64) {
+	t.Helper()
+	done, peak := make(chan struct{}), make(chan int64, 1)
+	go func() {
+		var most int64
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if u, err := cp.crossplane.Usage(); err == nil {
+				most = max(most, u.RSS)
+			}
+			select {
+			case <-done:
+				peak <- most
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() int64 { close(done); return <-peak }
 }

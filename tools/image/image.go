@@ -1,7 +1,10 @@
-// Package image builds fleet-scheduler's runtime image without a Docker
-// engine: one layer on an empty base, holding the static function binary at
-// /function and the few files a distroless nonroot image has that the binary
-// can notice (a passwd and group entry for nonroot, /home/nonroot, /tmp).
+// Package image builds fleet-scheduler's runtime images without a Docker
+// engine: one layer on an empty base, holding a static binary (the
+// function's at /function, by default; the cluster agent's at
+// /cluster-agent) and the few files a distroless nonroot image has that the
+// binary can notice (a passwd and group entry for nonroot, /home/nonroot,
+// /tmp). Index makes one multi-platform image of the images of several
+// architectures.
 //
 // The result matches the Dockerfile's image (gcr.io/distroless/static-debian12:nonroot
 // plus /function) in everything the function uses: the entrypoint, the
@@ -15,6 +18,8 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -49,6 +54,12 @@ const (
 type Options struct {
 	// Arch is the GOARCH the binary was built for, e.g. amd64 or arm64.
 	Arch string
+	// Entrypoint is where the binary lives in the image, and the image's
+	// entrypoint; empty is BinaryPath, the function's.
+	Entrypoint string
+	// Ports are the ports the image exposes, as "<port>/tcp"; nil is
+	// Port, the function's.
+	Ports []string
 	// Created is the image's creation time and every file's modification
 	// time. Fix it (e.g. from SOURCE_DATE_EPOCH) for reproducible images.
 	Created time.Time
@@ -62,13 +73,22 @@ func Build(binary []byte, o Options) (v1.Image, error) {
 		return nil, fmt.Errorf("cannot build image: no architecture")
 	}
 	if len(binary) == 0 {
-		return nil, fmt.Errorf("cannot build image: empty function binary")
+		return nil, fmt.Errorf("cannot build image: empty binary")
 	}
 	if o.Created.IsZero() {
 		o.Created = time.Unix(0, 0).UTC()
 	}
+	if o.Entrypoint == "" {
+		o.Entrypoint = BinaryPath
+	}
+	if !strings.HasPrefix(o.Entrypoint, "/") || strings.Count(o.Entrypoint, "/") != 1 || len(o.Entrypoint) < 2 {
+		return nil, fmt.Errorf("cannot build image: entrypoint %q is not a file of the root directory (/<name>)", o.Entrypoint)
+	}
+	if o.Ports == nil {
+		o.Ports = []string{Port}
+	}
 
-	layerTar, err := rootfs(binary, o.Created)
+	layerTar, err := rootfs(binary, o.Entrypoint[1:], o.Created)
 	if err != nil {
 		return nil, fmt.Errorf("cannot build root filesystem: %w", err)
 	}
@@ -82,7 +102,7 @@ func Build(binary []byte, o Options) (v1.Image, error) {
 	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	img, err := mutate.Append(base, mutate.Addendum{
 		Layer:     layer,
-		History:   v1.History{Created: v1.Time{Time: o.Created}, CreatedBy: "fleet-scheduler tools/image: COPY function " + BinaryPath, Comment: "static function binary, passwd and group for nonroot"},
+		History:   v1.History{Created: v1.Time{Time: o.Created}, CreatedBy: "fleet-scheduler tools/image: COPY " + o.Entrypoint[1:] + " " + o.Entrypoint, Comment: "static binary, passwd and group for nonroot"},
 		MediaType: types.OCILayer,
 	})
 	if err != nil {
@@ -97,11 +117,14 @@ func Build(binary []byte, o Options) (v1.Image, error) {
 	cf.OS = "linux"
 	cf.Architecture = o.Arch
 	cf.Created = v1.Time{Time: o.Created}
-	cf.Config.Entrypoint = []string{BinaryPath}
+	cf.Config.Entrypoint = []string{o.Entrypoint}
 	cf.Config.Cmd = nil
 	cf.Config.User = User
 	cf.Config.WorkingDir = "/"
-	cf.Config.ExposedPorts = map[string]struct{}{Port: {}}
+	cf.Config.ExposedPorts = map[string]struct{}{}
+	for _, p := range o.Ports {
+		cf.Config.ExposedPorts[p] = struct{}{}
+	}
 	// TLS_SERVER_CERTS_DIR is deliberately unset: Crossplane's function
 	// runtime sets it and mounts the certificates it names.
 	cf.Config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -144,18 +167,20 @@ type entry struct {
 	dir  bool
 }
 
-// rootfs returns the uncompressed tar of the image's only layer. Entries and
-// their metadata are fixed, so the same binary and time give the same digest.
-func rootfs(binary []byte, mtime time.Time) ([]byte, error) {
+// rootfs returns the uncompressed tar of the image's only layer, the binary
+// at /<name>. Entries and their metadata are fixed, so the same binary and
+// time give the same digest.
+func rootfs(binary []byte, name string, mtime time.Time) ([]byte, error) {
 	entries := []entry{
 		{name: "etc/", mode: 0o755, dir: true},
 		{name: "etc/group", mode: 0o644, body: []byte(group)},
 		{name: "etc/passwd", mode: 0o644, body: []byte(passwd)},
-		{name: "function", mode: 0o755, body: binary},
+		{name: name, mode: 0o755, body: binary},
 		{name: "home/", mode: 0o755, dir: true},
 		{name: "home/nonroot/", mode: 0o700, uid: UID, gid: GID, dir: true},
 		{name: "tmp/", mode: 0o1777, dir: true},
 	}
+	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.name, b.name) })
 
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)

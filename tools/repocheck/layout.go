@@ -143,6 +143,9 @@ func goModules(root string) ([]string, error) {
 	var mods []string
 	for f := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
 		dir := filepath.Dir(f)
+		if slices.Contains(mods, dir) {
+			continue // listed once per stage while a merge is unresolved
+		}
 		if hasGo, err := holdsGo(filepath.Join(root, dir)); err != nil {
 			return nil, err
 		} else if hasGo {

@@ -1,6 +1,7 @@
 // Command build-image writes fleet-scheduler's runtime image as an image
 // tarball without a Docker engine, for `crossplane xpkg build
-// --embed-runtime-image-tarball`.
+// --embed-runtime-image-tarball`, or the cluster agent's (--entrypoint,
+// --port, --title).
 //
 //	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 go build -o function-arm64 .
 //	build-image --binary=function-arm64 --arch=arm64 --output=runtime-arm64.tar
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/modelplaneai/fleet-scheduler/tools/image"
@@ -32,6 +34,10 @@ func run() error {
 	tag := flag.String("tag", "fleet-scheduler-runtime:latest", "Tag recorded in the tarball.")
 	source := flag.String("source", "", "Value of the org.opencontainers.image.source label (optional).")
 	revision := flag.String("revision", "", "Value of the org.opencontainers.image.revision label (optional).")
+	title := flag.String("title", "fleet-scheduler", "Value of the org.opencontainers.image.title label.")
+	entrypoint := flag.String("entrypoint", image.BinaryPath, "Where the binary lives in the image, and its entrypoint.")
+	var ports portsFlag
+	flag.Var(&ports, "port", "A port the image exposes, as <port>/tcp; repeat for more (default "+image.Port+").")
 	flag.Parse()
 
 	if *binary == "" || *arch == "" || *output == "" {
@@ -46,10 +52,10 @@ func run() error {
 	}
 	bin, err := os.ReadFile(*binary)
 	if err != nil {
-		return fmt.Errorf("cannot read function binary: %w", err)
+		return fmt.Errorf("cannot read the binary: %w", err)
 	}
 
-	labels := map[string]string{"org.opencontainers.image.title": "fleet-scheduler"}
+	labels := map[string]string{"org.opencontainers.image.title": *title}
 	if *source != "" {
 		labels["org.opencontainers.image.source"] = *source
 	}
@@ -57,7 +63,7 @@ func run() error {
 		labels["org.opencontainers.image.revision"] = *revision
 	}
 
-	img, err := image.Build(bin, image.Options{Arch: *arch, Created: created, Labels: labels})
+	img, err := image.Build(bin, image.Options{Arch: *arch, Created: created, Labels: labels, Entrypoint: *entrypoint, Ports: ports})
 	if err != nil {
 		return err
 	}
@@ -70,6 +76,19 @@ func run() error {
 	}
 	_, err = fmt.Fprintf(os.Stdout, "wrote %s (linux/%s, %s)\n", *output, *arch, d)
 	return err
+}
+
+// portsFlag is a repeated --port.
+type portsFlag []string
+
+func (p *portsFlag) String() string { return strings.Join(*p, ",") }
+
+func (p *portsFlag) Set(v string) error {
+	if !strings.HasSuffix(v, "/tcp") && !strings.HasSuffix(v, "/udp") {
+		return fmt.Errorf("port %q is not <port>/tcp or <port>/udp", v)
+	}
+	*p = append(*p, v)
+	return nil
 }
 
 // checkBinary refuses a binary for another architecture or one that needs a

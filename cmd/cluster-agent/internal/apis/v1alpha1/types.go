@@ -1,0 +1,145 @@
+// Package v1alpha1 holds the cluster agent's two kinds,
+// agent.modelplane.ai/v1alpha1 PoolObservation and ReplicaObservation
+// (docs/spec.md#the-cluster-agent): the control plane creates them in a
+// workload cluster, the agent writes their status, and the control plane
+// reads it back. Their CRDs are deploy/cluster-agent/crds/.
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/modelplaneai/fleet-scheduler/agent"
+	fsv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+)
+
+// Group and version of the agent's kinds.
+const (
+	Group   = "agent.modelplane.ai"
+	Version = "v1alpha1"
+)
+
+// The agent's kinds and their resources.
+const (
+	KindPoolObservation    = "PoolObservation"
+	KindReplicaObservation = "ReplicaObservation"
+)
+
+// PoolObservationResource and ReplicaObservationResource are the
+// resources the agent reads and whose status it writes.
+var (
+	PoolObservationResource    = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "poolobservations"}    //nolint:gochecknoglobals // A constant; Go has no constant structs.
+	ReplicaObservationResource = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "replicaobservations"} //nolint:gochecknoglobals // A constant; Go has no constant structs.
+)
+
+// Condition types the agent writes.
+const (
+	// ConditionSynced is a PoolObservation's: True while the agent reports
+	// the pool, False with why when it cannot.
+	ConditionSynced = "Synced"
+	// ConditionPodsScheduled is a ReplicaObservation's: True once spec.pods
+	// of the selected pods are bound to a node.
+	ConditionPodsScheduled = "PodsScheduled"
+)
+
+// Reasons of the Synced condition.
+const (
+	// ReasonObserved: the status holds the pool's report.
+	ReasonObserved = "Observed"
+	// ReasonInvalidSpec: the PoolObservation's spec cannot be read (a
+	// device without a driver, a node selector that is not a selector).
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonDeviceClassNotFound: a pool device names a DeviceClass the
+	// cluster does not have.
+	ReasonDeviceClassNotFound = "DeviceClassNotFound"
+	// ReasonInvalidObject: an object of the cluster cannot be read (a
+	// DeviceClass whose CEL selector does not compile, a claim holding a
+	// device its resource pool does not have).
+	ReasonInvalidObject = "InvalidObject"
+	// ReasonCannotCount: the DRA allocator failed on a node of the pool.
+	ReasonCannotCount = "CannotCount"
+)
+
+// Reasons of the PodsScheduled condition.
+const (
+	// ReasonPodsBound: at least spec.pods selected pods are bound.
+	ReasonPodsBound = "PodsBound"
+	// ReasonPodsNotBound: fewer than spec.pods are.
+	ReasonPodsNotBound = "PodsNotBound"
+	// ReasonSelectorInvalid: a selector cannot be read; the status is
+	// Unknown.
+	ReasonSelectorInvalid = "SelectorInvalid"
+	// ReasonNamespaceNotWatched: the agent does not read the pods of the
+	// ReplicaObservation's namespace (--pod-namespaces); the status is
+	// Unknown.
+	ReasonNamespaceNotWatched = "NamespaceNotWatched"
+)
+
+// PoolObservation asks the agent to report one GPU pool of the cluster:
+// cluster-scoped, named after the pool.
+type PoolObservation struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"` //nolint:modernize // Kubernetes API types spell it so; the API server fills metadata in either way.
+
+	Spec   PoolObservationSpec   `json:"spec"`
+	Status PoolObservationStatus `json:"status,omitzero"`
+}
+
+// PoolObservationSpec describes the pool as the InferenceCluster
+// publishes it.
+type PoolObservationSpec struct {
+	// NodeSelector is the matchLabels of the pool's Nodes; empty selects
+	// those labelled modelplane.ai/pool=<name>.
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// Devices are the pool's devices, as status.gpuPools[].devices.
+	Devices []fsv1alpha1.Device `json:"devices,omitempty"`
+	// Tolerations are the taints the pool's pods tolerate.
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// PoolObservationStatus is the agent's report of the pool
+// (docs/spec.md#pool-reports), or none with Synced False.
+type PoolObservationStatus struct {
+	// ObservedNodes is how many Nodes the pool has, ready or not.
+	ObservedNodes *int64 `json:"observedNodes,omitempty"`
+	// ObservedAt is a time as of which the report is complete: every pod
+	// bound before it is reflected.
+	ObservedAt *metav1.Time `json:"observedAt,omitempty"`
+	// NodesByFreeDevices are the schedulable nodes grouped by their free
+	// devices. A pointer, so that an empty histogram is published as an
+	// empty list and no histogram as none.
+	NodesByFreeDevices *[]agent.Bucket `json:"nodesByFreeDevices,omitempty"`
+	// Conditions hold Synced.
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ReplicaObservation asks the agent whether a ModelReplica's pods are
+// bound: namespaced, in the namespace of the pods, named after the
+// replica.
+type ReplicaObservation struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"` //nolint:modernize // Kubernetes API types spell it so; the API server fills metadata in either way.
+
+	Spec   ReplicaObservationSpec   `json:"spec"`
+	Status ReplicaObservationStatus `json:"status,omitzero"`
+}
+
+// ReplicaObservationSpec selects the replica's pods.
+type ReplicaObservationSpec struct {
+	// Selectors select the replica's pods: a pod is the replica's when it
+	// matches any of them (one per engine).
+	Selectors []metav1.LabelSelector `json:"selectors"`
+	// Pods is how many pods the replica's engines run, gang workers
+	// included.
+	Pods int64 `json:"pods"`
+}
+
+// ReplicaObservationStatus says how many of the replica's pods are bound.
+type ReplicaObservationStatus struct {
+	// ScheduledPods is how many selected pods are bound to a node, live
+	// (not terminal, not being deleted).
+	ScheduledPods *int64 `json:"scheduledPods,omitempty"`
+	// Conditions hold PodsScheduled.
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}

@@ -1,0 +1,77 @@
+package cluster
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/modelplaneai/fleet-scheduler/cmd/cluster-agent/internal/apis/v1alpha1"
+)
+
+// Inject puts objects into the caches, or replaces them there, as the
+// informers would on their events: for tests of what reads the view,
+// without an API server. Handlers are not called.
+func (c *Cluster) Inject(objs ...any) error {
+	for _, o := range objs {
+		s, err := c.storeOf(o)
+		if err != nil {
+			return err
+		}
+		if err := s.Update(o); err != nil {
+			return fmt.Errorf("cannot inject %T: %w", o, err)
+		}
+	}
+	return nil
+}
+
+// Remove removes objects from the caches, as a deletion would.
+func (c *Cluster) Remove(objs ...any) error {
+	for _, o := range objs {
+		s, err := c.storeOf(o)
+		if err != nil {
+			return err
+		}
+		if err := s.Delete(o); err != nil {
+			return fmt.Errorf("cannot remove %T: %w", o, err)
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) storeOf(o any) (cache.Store, error) {
+	switch v := o.(type) {
+	case *corev1.Node:
+		return c.nodes.GetIndexer(), nil
+	case *resourcev1.ResourceSlice:
+		return c.slices.GetIndexer(), nil
+	case *resourcev1.DeviceClass:
+		return c.classes.GetIndexer(), nil
+	case *resourcev1.ResourceClaim:
+		return c.claims.GetIndexer(), nil
+	case *resourcev1.DeviceTaintRule:
+		if c.taintRules == nil {
+			return nil, fmt.Errorf("cannot inject DeviceTaintRule %s: the cluster has none", v.Name)
+		}
+		return c.taintRules.GetIndexer(), nil
+	case *corev1.Pod:
+		inf := c.pods[v.Namespace]
+		if inf == nil {
+			inf = c.pods[""]
+		}
+		if inf == nil {
+			return nil, fmt.Errorf("cannot inject Pod %s/%s: its namespace is not read", v.Namespace, v.Name)
+		}
+		return inf.GetIndexer(), nil
+	case *unstructured.Unstructured:
+		switch v.GetKind() {
+		case v1alpha1.KindPoolObservation:
+			return c.pools.GetIndexer(), nil
+		case v1alpha1.KindReplicaObservation:
+			return c.replicas.GetIndexer(), nil
+		}
+	}
+	return nil, fmt.Errorf("cannot inject %T: not a kind the agent reads", o)
+}
