@@ -19,15 +19,13 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/proto"
-
 	"github.com/go-logr/zapr"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/crossplane/function-sdk-go/logging"
-
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"

@@ -34,7 +34,7 @@ func freePort(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lis.Close() //nolint:errcheck // Only its port was wanted.
+	defer lis.Close()
 	return lis.Addr().(*net.TCPAddr).Port
 }
 
@@ -68,7 +68,7 @@ func scrape(t *testing.T, url string) map[string]float64 {
 	if err != nil {
 		t.Fatalf("cannot scrape %s: %v", url, err)
 	}
-	defer rsp.Body.Close() //nolint:errcheck // Read to the end.
+	defer rsp.Body.Close()
 	body, err := io.ReadAll(rsp.Body)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +104,7 @@ func TestBinaryOperable(t *testing.T) {
 	grpcAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	metricsAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	var logs syncBuffer
-	cmd := exec.CommandContext(t.Context(), bin, "--insecure", "--address="+grpcAddr, "--metrics-address="+metricsAddr) //nolint:gosec // The binary just built.
+	cmd := exec.CommandContext(t.Context(), bin, "--insecure", "--address="+grpcAddr, "--metrics-address="+metricsAddr)
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -117,7 +117,7 @@ func TestBinaryOperable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close() //nolint:errcheck // The test ends.
+	defer conn.Close()
 	client := fnv1.NewFunctionRunnerServiceClient(conn)
 
 	gpu := fx.GPU("gpu", 8, "80Gi")
@@ -168,12 +168,17 @@ func TestBinaryOperable(t *testing.T) {
 
 	// The log: one JSON object a line (zap's production encoder).
 	type logLine struct {
-		Msg                   string
-		XR, Outcome, Error    string
-		Placed, Unplaced      int
-		Cluster, Pool, Defect string
-		Version               string
-		Flags                 map[string]any
+		Msg      string         `json:"msg"`
+		XR       string         `json:"xr"`
+		Outcome  string         `json:"outcome"`
+		Error    string         `json:"error"`
+		Placed   int            `json:"placed"`
+		Unplaced int            `json:"unplaced"`
+		Cluster  string         `json:"cluster"`
+		Pool     string         `json:"pool"`
+		Defect   string         `json:"defect"`
+		Version  string         `json:"version"`
+		Flags    map[string]any `json:"flags"`
 	}
 	var lines []logLine
 	sc := bufio.NewScanner(strings.NewReader(logs.String()))

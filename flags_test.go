@@ -36,8 +36,10 @@ func TestFlags(t *testing.T) {
 		},
 		"EveryBoundHolds": {
 			reason: "Each bound is inclusive, and 0 turns the ledger off.",
-			args: []string{"--insecure", "--max-recv-message-size=4", "--assumed-placement-ttl=0", "--full-read-every=1h", "--metrics-address=127.0.0.1:0",
-				"--address=127.0.0.1:0", "--max-concurrent-streams=0"},
+			args: []string{
+				"--insecure", "--max-recv-message-size=4", "--assumed-placement-ttl=0", "--full-read-every=1h", "--metrics-address=127.0.0.1:0",
+				"--address=127.0.0.1:0", "--max-concurrent-streams=0",
+			},
 			want: want{cli: with(func(c *CLI) {
 				c.MaxRecvMessageSize, c.AssumedPlacementTTL, c.FullReadEvery, c.MetricsAddress, c.Address, c.MaxConcurrentStreams = 4, 0, time.Hour, "127.0.0.1:0", "127.0.0.1:0", 0
 			})},

@@ -57,7 +57,7 @@ func readInput(req *fnv1.RunFunctionRequest) (plan.Settings, error) {
 // inputFields are the top-level fields of the function input, by their
 // JSON names, read off v1beta1.Input so that a field added there is known
 // here.
-var inputFields = jsonFields(reflect.TypeFor[v1beta1.Input]())
+var inputFields = jsonFields(reflect.TypeFor[v1beta1.Input]()) //nolint:gochecknoglobals // Computed once from a type; never changed.
 
 // checkInputForm finds what is wrong with the input's form: its apiVersion
 // and kind, and each top-level field it does not have. Its metadata is

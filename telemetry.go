@@ -40,8 +40,6 @@ type telemetry struct {
 type summary struct {
 	req *fnv1.RunFunctionRequest
 	xr  *v1alpha1.ModelDeployment
-	// asked is a call that asked for the fleet, and planned nothing.
-	asked bool
 	fleet *fleet.Fleet
 	// now is the call's time, and maxAge its observationMaxAge.
 	now    time.Time

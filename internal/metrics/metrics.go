@@ -117,10 +117,12 @@ type pool struct {
 	at        time.Time
 }
 
-// DurationBuckets are the call duration histogram's buckets, in seconds:
+// durationBuckets are the call duration histogram's buckets, in seconds:
 // from a call of a small fleet (milliseconds) to Crossplane's reconcile
 // timeout of two minutes, which every call of a reconcile shares.
-var DurationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 90, 120}
+func durationBuckets() []float64 {
+	return []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 90, 120}
+}
 
 // New returns a server's metrics, read at scrape time with now. held, when
 // not nil, is how many assumed placements the server holds at a time.
@@ -134,7 +136,7 @@ func New(now func() time.Time, held func(time.Time) int) *Metrics {
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: ns, Name: "call_duration_seconds",
 			Help:    "How long a call took, of every call but a first iteration that only asks for the fleet.",
-			Buckets: DurationBuckets,
+			Buckets: durationBuckets(),
 		}),
 		unplaced: prometheus.NewDesc(ns+"_replicas_unplaced",
 			"Replicas a deployment wants that its last call on this server did not compose; 0 once placed.", []string{"deployment"}, nil),

@@ -119,9 +119,11 @@ func TestDashboard(t *testing.T) {
 	}
 	var d struct {
 		Panels []struct {
-			Title   string
-			Targets []struct{ Expr string }
-		}
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
 	}
 	if err := json.Unmarshal(b, &d); err != nil {
 		t.Fatalf("dashboard.json: %v", err)
