@@ -38,8 +38,8 @@ type telemetry struct {
 
 // summary is what one call did, filled in as it goes.
 type summary struct {
-	req *fnv1.RunFunctionRequest
-	xr  *v1alpha1.ModelDeployment
+	req   *fnv1.RunFunctionRequest
+	xr    *v1alpha1.ModelDeployment
 	fleet *fleet.Fleet
 	// now is the call's time, and maxAge its observationMaxAge.
 	now    time.Time
