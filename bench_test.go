@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"runtime"
 	"runtime/metrics"
 	"slices"
@@ -18,9 +19,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/zapr"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/crossplane/function-sdk-go/logging"
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
@@ -30,6 +35,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+	fsmetrics "github.com/modelplaneai/fleet-scheduler/internal/metrics"
 	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 	"github.com/modelplaneai/fleet-scheduler/sim"
@@ -215,8 +221,12 @@ type benchServer struct {
 }
 
 func newBenchServer() *benchServer {
+	// Its log is the production logger's JSON, written nowhere, and it
+	// keeps its metrics, as a server with --metrics-address does.
+	log := logging.NewLogrLogger(zapr.NewLogger(zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zapcore.InfoLevel))))
+	tel := &telemetry{log: log, metrics: fsmetrics.New(time.Now, nil)}
 	return &benchServer{
-		fn:    &Function{now: func() time.Time { return benchNow }, fleet: fleet.NewReader(), planner: plan.Planner{Selectors: scheduling.NewSelectors()}},
+		fn:    &Function{now: func() time.Time { return benchNow }, fleet: fleet.NewReader(), planner: plan.Planner{Selectors: scheduling.NewSelectors()}, tel: tel},
 		codec: codec.New(requiredClusters, requiredReplicas, requiredOwnReplicas, requiredUncountedReplicas),
 	}
 }
@@ -488,7 +498,7 @@ func TestFleetSimThroughRunFunction(t *testing.T) {
 			t.Parallel()
 			// One input, read by one planner on both paths.
 			in := sim.Input(sim.AssumedBinding(b))
-			in.ObservationMaxAge = new("2m")
+			in.ObservationMaxAge = new("3m")
 			want, err := sim.Run(sc.Config(m, b, sim.Direct{Input: in}))
 			if err != nil {
 				t.Fatal(err)

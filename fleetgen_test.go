@@ -390,7 +390,7 @@ func (g *fleetGen) newEpisode() {
 	if g.p(0.3) {
 		in := map[string]any{"apiVersion": "scheduler.fn.modelplane.ai/v1beta1", "kind": "Input"}
 		if g.p(0.5) {
-			in["observationMaxAge"] = []string{"5m", "2m", "90s", "10m", "1h", "5m", "0s", "soon"}[g.n(8)]
+			in["observationMaxAge"] = []string{"5m", "3m", "90s", "10m", "1h", "5m", "0s", "soon"}[g.n(8)]
 		}
 		if g.p(0.5) {
 			in["assumedBinding"] = []string{"MostFree", "LeastFree", "LeastFree", "MostFree", "Sideways"}[g.n(5)]

@@ -33,6 +33,8 @@ type Function struct {
 	// narrowing is what lets a call read less than the whole fleet; nil
 	// always reads it whole.
 	narrowing *plan.Narrowing
+	// tel logs and counts each call; nil does neither.
+	tel *telemetry
 }
 
 // RunFunction reads the XR and the fleet, plans, and writes the replicas,
@@ -43,20 +45,26 @@ type Function struct {
 // A call whose caller has gone (cancelled, or past its deadline) stops at
 // the next phase and returns the context's error: nobody reads its answer.
 func (f *Function) RunFunction(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
+	start := time.Now()
+	s := summary{req: req}
 	rsp := response.To(req, response.DefaultTTL)
 	ensureDesired(rsp)
-	if err := f.run(ctx, req, rsp); err != nil {
-		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return nil, err
-		}
+	err := f.run(ctx, req, rsp, &s)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		f.tel.called(&s, nil, err, time.Since(start), f.clock())
+		return nil, err
+	}
+	if err != nil {
 		response.Fatal(rsp, err)
 	}
+	f.tel.called(&s, rsp, err, time.Since(start), f.clock())
 	return rsp, nil
 }
 
 // run reads the input and the XR, asks for the fleet and, once Crossplane
-// has fetched it, reads it, plans, and writes the outcome.
-func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse) error {
+// has fetched it, reads it, plans, and writes the outcome. It notes in s
+// what it did, for the call's log line and metrics.
+func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, s *summary) error {
 	settings, err := readInput(req)
 	if err != nil {
 		return err
@@ -67,6 +75,7 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, rsp *f
 	}
 	f.logger().Debug("Running function", "xr", xr.Metadata.Namespace+"/"+xr.Metadata.Name, "tag", req.GetMeta().GetTag())
 	now := f.clock()
+	s.xr, s.now, s.maxAge = xr, now, settings.ObservationMaxAge
 	// What to ask for depends on the clusters this iteration carries:
 	// narrowly only where every pool's report is usable.
 	clusters, readErr := f.fleet.ReadClusters(codec.ItemsOf(req.GetRequiredResources()[requiredClusters]), now, settings.ObservationMaxAge)
@@ -101,6 +110,7 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, rsp *f
 	if err != nil {
 		return err
 	}
+	s.planned, s.outcome, s.fleet, s.observed = true, outcome, fl, req.GetObserved().GetResources()
 	if err := gone(ctx, "compose replicas"); err != nil {
 		return err
 	}

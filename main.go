@@ -4,6 +4,11 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -15,6 +20,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/assume"
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+	"github.com/modelplaneai/fleet-scheduler/internal/metrics"
 	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/internal/server"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
@@ -51,12 +57,107 @@ type CLI struct {
 	FullReadEvery  time.Duration `default:"5m" help:"Read the whole fleet at least this often for each deployment, however safe a narrow request would be."`
 }
 
+// Bounds of the flags (docs/spec.md#server-flags; docs/operations.md,
+// Bounds, says where each comes from).
+const (
+	// minMaxRecvMessageSizeMB is gRPC's default: a request carries the
+	// resources the last response composed, which may be up to the 4 MiB
+	// Crossplane accepts, so a smaller limit could refuse the call after
+	// a response the function wrote.
+	minMaxRecvMessageSizeMB = 4
+	// maxMaxRecvMessageSizeMB is under the 2 GiB no protobuf message may
+	// reach.
+	maxMaxRecvMessageSizeMB = 2047
+
+	// minAssumedPlacementTTL is above the longest measured from a call to
+	// what it composed being in the fleet (6.7 s, docs/production.md, on
+	// a live control plane); maxAssumedPlacementTTL is the default
+	// replaceUnscheduledAfter: an entry whose replica never appears holds
+	// devices no longer than a stuck replica waits.
+	minAssumedPlacementTTL = 10 * time.Second
+	maxAssumedPlacementTTL = 15 * time.Minute
+
+	// minFullReadEvery is the response TTL, at which every deployment is
+	// called at least: shorter reads the whole fleet on every call, which
+	// --no-narrow-requests says. maxFullReadEvery bounds how long a
+	// replica that nothing labels (Modelplane v0.3's) goes unseen.
+	minFullReadEvery = time.Minute
+	maxFullReadEvery = time.Hour
+)
+
+// Validate refuses a bad flag before anything is served, naming it.
+func (c *CLI) Validate() error {
+	var errs []error
+	bad := func(flag string, v any, why string) {
+		errs = append(errs, fmt.Errorf("invalid --%s %q: %s", flag, fmt.Sprint(v), why))
+	}
+	switch c.Network {
+	case "tcp", "tcp4", "tcp6":
+		if err := checkHostPort(c.Address); err != nil {
+			bad("address", c.Address, err.Error())
+		}
+	case "unix":
+		if c.Address == "" {
+			bad("address", c.Address, "must be a socket path for --network unix")
+		}
+	default:
+		bad("network", c.Network, "must be tcp, tcp4, tcp6 or unix")
+	}
+	if c.MetricsAddress != "" {
+		if err := checkHostPort(c.MetricsAddress); err != nil {
+			bad("metrics-address", c.MetricsAddress, err.Error())
+		} else if c.Network != "unix" && samePort(c.Address, c.MetricsAddress) {
+			bad("metrics-address", c.MetricsAddress, "must not be --address's port: one of the two servers could not listen")
+		}
+	}
+	if n := c.MaxRecvMessageSize; n < minMaxRecvMessageSizeMB || n > maxMaxRecvMessageSizeMB {
+		bad("max-recv-message-size", n, fmt.Sprintf("must be between %d and %d (MB): a request holds what the last response composed, up to 4 MiB, and no protobuf message reaches 2 GiB", minMaxRecvMessageSizeMB, maxMaxRecvMessageSizeMB))
+	}
+	if d := c.AssumedPlacementTTL; d != 0 && (d < minAssumedPlacementTTL || d > maxAssumedPlacementTTL) {
+		bad("assumed-placement-ttl", d, fmt.Sprintf("must be 0s (assume nothing), or between %s and %s", minAssumedPlacementTTL, maxAssumedPlacementTTL))
+	}
+	if d := c.FullReadEvery; d < minFullReadEvery || d > maxFullReadEvery {
+		bad("full-read-every", d, fmt.Sprintf("must be between %s and %s; --no-narrow-requests reads the whole fleet on every call", minFullReadEvery, maxFullReadEvery))
+	}
+	if !c.Insecure && c.TLSCertsDir == "" {
+		errs = append(errs, errors.New("--tls-server-certs-dir (or TLS_SERVER_CERTS_DIR) is required without --insecure"))
+	}
+	return errors.Join(errs...)
+}
+
+// checkHostPort is nil for a host:port to listen at: any host or none,
+// and a port number (0 for any free port).
+func checkHostPort(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("must be host:port, or :port")
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q must be a number from 0 to 65535", port)
+	} else if n == 0 && port != "0" {
+		return fmt.Errorf("port %q must be a number from 0 to 65535", port)
+	}
+	return nil
+}
+
+// samePort is whether two host:port addresses name one fixed port, so
+// that the second to listen could not.
+func samePort(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil || pa != pb || pa == "0" {
+		return false
+	}
+	return ha == hb || ha == "" || hb == ""
+}
+
 // Run this function.
 func (c *CLI) Run() error {
 	log, err := function.NewLogger(c.Debug)
 	if err != nil {
 		return err
 	}
+	started(log, c)
 
 	so, err := server.Options(
 		function.Listen(c.Network, c.Address),
@@ -65,12 +166,22 @@ func (c *CLI) Run() error {
 		function.MaxRecvMessageSize(c.MaxRecvMessageSize*1024*1024),
 		function.WithMetricsServer(c.MetricsAddress))
 	if err != nil {
-		return err
+		// Of these options only the certificates can fail.
+		return fmt.Errorf("invalid --tls-server-certs-dir %q: %w", c.TLSCertsDir, err)
 	}
 	// The request codec leaves the fleet on the wire for the fleet reader,
 	// and takes each request's buffer back once its call is done.
 	requests := codec.New(requiredClusters, requiredReplicas, requiredOwnReplicas, requiredUncountedReplicas)
 	fn := newFunction(log, c.ObjectCache, c.AssumedPlacementTTL)
+	fn.tel.ledger = c.Debug
+	if c.MetricsAddress != "" {
+		var held func(time.Time) int
+		if fn.planner.Ledger != nil {
+			held = fn.planner.Ledger.Held
+		}
+		fn.tel.metrics = metrics.New(time.Now, held)
+		so.MetricsRegistry.MustRegister(fn.tel.metrics)
+	}
 	if c.NarrowRequests {
 		fn.narrowing = plan.NewNarrowing(c.FullReadEvery)
 	}
@@ -81,7 +192,7 @@ func (c *CLI) Run() error {
 // with objectCache false), and no placement assumed yet (none ever with a
 // zero assumedTTL).
 func newFunction(log logging.Logger, objectCache bool, assumedTTL time.Duration) *Function {
-	fn := &Function{log: log, planner: plan.Planner{Selectors: scheduling.NewSelectors()}}
+	fn := &Function{log: log, planner: plan.Planner{Selectors: scheduling.NewSelectors()}, tel: &telemetry{log: log}}
 	if assumedTTL > 0 {
 		fn.planner.Ledger = assume.New(assumedTTL)
 	}
@@ -91,12 +202,58 @@ func newFunction(log logging.Logger, objectCache bool, assumedTTL time.Duration)
 	return fn
 }
 
-func main() {
-	ctx := kong.Parse(&CLI{},
+// started logs the line a server starts with: its version, its flags and
+// the limits it enforces.
+func started(log logging.Logger, c *CLI) {
+	version, revision := "(unknown)", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		version = bi.Main.Version
+		settings := map[string]string{}
+		for _, s := range bi.Settings {
+			settings[s.Key] = s.Value
+		}
+		revision = settings["vcs.revision"]
+		if settings["vcs.modified"] == "true" {
+			revision += "+modified"
+		}
+	}
+	flags := map[string]any{
+		"debug": c.Debug, "network": c.Network, "address": c.Address, "insecure": c.Insecure,
+		"tlsServerCertsDir": c.TLSCertsDir, "metricsAddress": c.MetricsAddress,
+		"maxRecvMessageSizeMB": c.MaxRecvMessageSize, "maxConcurrentStreams": c.MaxConcurrentStreams,
+		"assumedPlacementTTL": c.AssumedPlacementTTL.String(), "objectCache": c.ObjectCache,
+		"narrowRequests": c.NarrowRequests, "fullReadEvery": c.FullReadEvery.String(),
+	}
+	limits := map[string]any{
+		"maxResponseBytes": maxResponseBytes, "metricsStaleAfter": metrics.StaleAfter.String(),
+		"observationMaxAge":       plan.MinObservationMaxAge.String() + ".." + plan.MaxObservationMaxAge.String(),
+		"maxRecvMessageSizeMB":    fmt.Sprintf("%d..%d", minMaxRecvMessageSizeMB, maxMaxRecvMessageSizeMB),
+		"assumedPlacementTTL":     fmt.Sprintf("0s or %s..%s", minAssumedPlacementTTL, maxAssumedPlacementTTL),
+		"fullReadEvery":           fmt.Sprintf("%s..%s", minFullReadEvery, maxFullReadEvery),
+		"replaceUnscheduledAfter": fmt.Sprintf("0s or %s..%s", plan.MinReplaceUnscheduledAfter, plan.MaxReplaceUnscheduledAfter),
+	}
+	log.Info("Starting fleet-scheduler", "version", version, "revision", revision,
+		"flags", flags, "limits", limits)
+}
+
+// parser is the command line's parser, its defaults filled in.
+func parser(cli *CLI, opts ...kong.Option) (*kong.Kong, error) {
+	return kong.New(cli, append([]kong.Option{
 		kong.Description("A Crossplane function that places ModelDeployment replicas on a GPU fleet."),
 		kong.Vars{
 			"max_recv_message_size":  strconv.Itoa(defaultMaxRecvMessageSizeMB),
 			"max_concurrent_streams": strconv.Itoa(defaultMaxConcurrentStreams),
-		})
+		},
+	}, opts...)...)
+}
+
+func main() {
+	cli := &CLI{}
+	k, err := parser(cli)
+	if err != nil {
+		panic(err) // The CLI's tags are constants.
+	}
+	ctx, err := k.Parse(os.Args[1:])
+	k.FatalIfErrorf(err)
 	ctx.FatalIfErrorf(ctx.Run())
 }

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
+	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -34,7 +37,8 @@ const (
 )
 
 // readInput reads the optional function input, every default applied.
-// Errors name the field.
+// Errors name the field: a wrong apiVersion or kind, a field the input does
+// not have (a newer Composition's, or a misspelling), a value out of range.
 func readInput(req *fnv1.RunFunctionRequest) (plan.Settings, error) {
 	if req.GetInput() == nil {
 		return plan.Defaults(), nil
@@ -43,7 +47,65 @@ func readInput(req *fnv1.RunFunctionRequest) (plan.Settings, error) {
 	if err != nil {
 		return plan.Defaults(), err
 	}
-	return plan.Read(in)
+	s, errs := plan.Check(in)
+	if form := checkInputForm(req.GetInput()); len(form) > 0 {
+		return plan.Defaults(), plan.Invalid(append(form, errs...))
+	}
+	return s, plan.Invalid(errs)
+}
+
+// inputFields are the top-level fields of the function input, by their
+// JSON names, read off v1beta1.Input so that a field added there is known
+// here.
+var inputFields = jsonFields(reflect.TypeFor[v1beta1.Input]()) //nolint:gochecknoglobals // Computed once from a type; never changed.
+
+// checkInputForm finds what is wrong with the input's form: its apiVersion
+// and kind, and each top-level field it does not have. Its metadata is
+// Kubernetes' object metadata, which nothing reads, and is not checked.
+func checkInputForm(in *structpb.Struct) field.ErrorList {
+	var errs field.ErrorList
+	f := in.GetFields()
+	for _, want := range []struct{ name, value string }{{"apiVersion", v1beta1.APIVersion}, {"kind", v1beta1.Kind}} {
+		v, ok := f[want.name]
+		switch {
+		case !ok:
+			errs = append(errs, field.Required(field.NewPath(want.name), fmt.Sprintf("must be %q", want.value)))
+		case v.GetStringValue() != want.value:
+			errs = append(errs, field.NotSupported(field.NewPath(want.name), v.GetStringValue(), []string{want.value}))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(f)) {
+		if slices.Contains(inputFields, name) {
+			continue
+		}
+		detail := "not a field of the function input (a Composition written for a newer fleet-scheduler? docs/operations.md#upgrades)"
+		for _, known := range inputFields {
+			if strings.EqualFold(known, name) {
+				detail = fmt.Sprintf("not a field of the function input; did you mean %s?", known)
+			}
+		}
+		errs = append(errs, field.Forbidden(field.NewPath(name), detail))
+	}
+	return errs
+}
+
+// jsonFields are the JSON names of a struct type's fields, those of an
+// inlined struct included.
+func jsonFields(t reflect.Type) []string {
+	var out []string
+	for sf := range t.Fields() {
+		name, opts, _ := strings.Cut(sf.Tag.Get("json"), ",")
+		switch {
+		case name == "-":
+		case name == "" && strings.Contains(opts, "inline"):
+			out = append(out, jsonFields(sf.Type)...)
+		case name == "":
+			out = append(out, sf.Name)
+		default:
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // readXR reads the observed ModelDeployment and refuses what the scheduler

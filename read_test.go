@@ -120,7 +120,7 @@ func TestRunFunctionFatal(t *testing.T) {
 				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","observationMaxAge":"-1m"}`)
 				return r
 			}(),
-			want: `invalid Function input: observationMaxAge: Invalid value: "-1m": must be positive`,
+			want: `invalid Function input: observationMaxAge: Invalid value: "-1m": must be between 3m and 24h`,
 		},
 		"UnknownBinding": {
 			reason: "An unknown assumedBinding is Fatal and names the field and the supported values.",
@@ -147,7 +147,72 @@ func TestRunFunctionFatal(t *testing.T) {
 				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","replaceUnscheduledAfter":"-5m"}`)
 				return r
 			}(),
-			want: `invalid Function input: replaceUnscheduledAfter: Invalid value: "-5m": must not be negative`,
+			want: `invalid Function input: replaceUnscheduledAfter: Invalid value: "-5m": must be 0s, or between 1m and 24h`,
+		},
+		"TinyObservationMaxAge": {
+			reason: "observationMaxAge 1ns, which would make every pool stale, is out of range.",
+			req: func() *fnv1.RunFunctionRequest {
+				r := request(t, xr, nil, nil)
+				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","observationMaxAge":"1ns"}`)
+				return r
+			}(),
+			want: `invalid Function input: observationMaxAge: Invalid value: "1ns": must be between 3m and 24h`,
+		},
+		"MisspelledField": {
+			reason: "A misspelled field is Fatal, named, with the field it likely means, rather than silently ignored.",
+			req: func() *fnv1.RunFunctionRequest {
+				r := request(t, xr, nil, nil)
+				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","observationMaxage":"10m"}`)
+				return r
+			}(),
+			want: `invalid Function input: observationMaxage: Forbidden: not a field of the function input; did you mean observationMaxAge?`,
+		},
+		"UnknownFields": {
+			reason: "Every unknown field is named, sorted, and so is every value out of range, after them.",
+			req: func() *fnv1.RunFunctionRequest {
+				r := request(t, xr, nil, nil)
+				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","spreadPolicy":"Pack","maxSkew":1,"observationMaxAge":"1s"}`)
+				return r
+			}(),
+			want: `invalid Function input: [maxSkew: Forbidden: not a field of the function input (a Composition written for a newer fleet-scheduler? docs/operations.md#upgrades), ` +
+				`spreadPolicy: Forbidden: not a field of the function input (a Composition written for a newer fleet-scheduler? docs/operations.md#upgrades), ` +
+				`observationMaxAge: Invalid value: "1s": must be between 3m and 24h]`,
+		},
+		"WrongKind": {
+			reason: "A kind other than Input is Fatal and named.",
+			req: func() *fnv1.RunFunctionRequest {
+				r := request(t, xr, nil, nil)
+				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Inputs"}`)
+				return r
+			}(),
+			want: `invalid Function input: kind: Unsupported value: "Inputs": supported values: "Input"`,
+		},
+		"WrongAPIVersion": {
+			reason: "Another group or version is Fatal and named: its fields may mean something else.",
+			req: func() *fnv1.RunFunctionRequest {
+				r := request(t, xr, nil, nil)
+				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1","kind":"Input"}`)
+				return r
+			}(),
+			want: `invalid Function input: apiVersion: Unsupported value: "scheduler.fn.modelplane.ai/v1": supported values: "scheduler.fn.modelplane.ai/v1beta1"`,
+		},
+		"NoAPIVersionOrKind": {
+			reason: "An input without apiVersion and kind (Crossplane requires both; a render fixture may leave them out) is Fatal and names both.",
+			req: func() *fnv1.RunFunctionRequest {
+				r := request(t, xr, nil, nil)
+				r.Input = input(`{"observationMaxAge":"10m"}`)
+				return r
+			}(),
+			want: `invalid Function input: [apiVersion: Required value: must be "scheduler.fn.modelplane.ai/v1beta1", kind: Required value: must be "Input"]`,
+		},
+		"MetadataIsNotChecked": {
+			reason: "The input's metadata is Kubernetes' object metadata; what a typed Input marshals to (creationTimestamp: null) reads.",
+			req: func() *fnv1.RunFunctionRequest {
+				r := request(t, xr, nil, nil)
+				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","metadata":{"creationTimestamp":null},"assumedBinding":"Random"}`)
+				return r
+			}(),
+			want: `invalid Function input: assumedBinding: Unsupported value: "Random": supported values: "MostFree", "LeastFree"`,
 		},
 		"WrongTypeInXR": {
 			reason: "An XR field of the wrong type is Fatal and names the field.",

@@ -150,6 +150,11 @@ type Plan struct {
 	// unscheduled, and Waiting how many replicas wait for their pods.
 	Moves   []Move
 	Waiting Waiting
+
+	// Capacity is what each pool had left once the pass placed its
+	// replicas; nil when it placed none and re-placed none, which needs no
+	// ledger.
+	Capacity []PoolCapacity
 }
 
 // Move is a replica re-placed because its pods stayed unscheduled.

@@ -26,6 +26,12 @@ const (
 	AssumedBindingLeastFree AssumedBinding = "LeastFree"
 )
 
+// The input's apiVersion and kind, which a Composition's input must name.
+const (
+	APIVersion = "scheduler.fn.modelplane.ai/v1beta1"
+	Kind       = "Input"
+)
+
 // Defaults used when the input, or a field of it, is absent.
 const (
 	DefaultObservationMaxAge       = "5m"

@@ -127,3 +127,20 @@ func (l *Ledger) Len() int {
 	}
 	return n
 }
+
+// Held is how many placements the ledger assumes that have not expired at
+// now: those the fleet already shows end only at the next call's Assumed.
+// It waits for a call's critical section to end.
+func (l *Ledger) Held(now time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, entries := range l.entries {
+		for _, e := range entries {
+			if now.Sub(e.At) <= l.ttl {
+				n++
+			}
+		}
+	}
+	return n
+}

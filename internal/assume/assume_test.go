@@ -141,3 +141,30 @@ func TestLedgerCopiesWhatItCharges(t *testing.T) {
 		t.Errorf("the ledger's entry: cluster %q, want c1", got)
 	}
 }
+
+func TestHeld(t *testing.T) {
+	l := New(2 * time.Minute)
+	a := Deployment{UID: "uid-a", Namespace: fx.Namespace, Name: "a"}
+	b := Deployment{UID: "uid-b", Namespace: fx.Namespace, Name: "b"}
+	l.Lock()
+	l.Record(a, []Entry{entry("a", "c1", "p", 0, at), entry("a", "c1", "p", 1, at)})
+	l.Record(b, []Entry{entry("b", "c1", "p", 0, at.Add(time.Minute))})
+	l.Unlock()
+	cases := map[string]struct {
+		reason string
+		now    time.Time
+		want   int
+	}{
+		"AllHeld":     {reason: "Every entry within its TTL is held.", now: at.Add(time.Minute), want: 3},
+		"AtTheTTL":    {reason: "An entry is held up to its TTL, as Assumed charges it.", now: at.Add(2 * time.Minute), want: 3},
+		"SomeExpired": {reason: "a's entries expired; b's, placed a minute later, are held.", now: at.Add(2*time.Minute + time.Second), want: 1},
+		"AllExpired":  {reason: "Expired entries, not yet dropped by a call, are not held.", now: at.Add(time.Hour), want: 0},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := l.Held(tc.now); got != tc.want {
+				t.Errorf("%s\nHeld(%s): got %d, want %d", tc.reason, tc.now, got, tc.want)
+			}
+		})
+	}
+}

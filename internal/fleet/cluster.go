@@ -25,7 +25,7 @@ func (r *structReader) readCluster(s []byte, cache *clusterCache, call uint64) (
 		return cached, r.err
 	}
 	r.enter("metadata", notAnElement)
-	out := &v1alpha1.InferenceCluster{Metadata: v1alpha1.ObjectMeta{Name: r.str(meta[0], keyName), UID: r.str(meta[2], "uid")}}
+	out := &v1alpha1.InferenceCluster{Metadata: v1alpha1.ObjectMeta{Name: r.str(meta[0], keyName), UID: r.str(meta[2], "uid"), ResourceVersion: r.str(meta[3], "resourceVersion")}}
 	r.leave()
 
 	spec := r.object(f.Get("spec"), "spec")

@@ -78,6 +78,9 @@ type Outcome struct {
 	// Invalid names the engine, member and request whose selector does not
 	// compile (InvalidSelector).
 	Invalid *scheduling.InvalidSelectorError
+	// Assumed is how many placements of other calls, not in the fleet yet,
+	// the call charged (docs/spec.md#assumed-placements).
+	Assumed int
 }
 
 // Plan plans one call. The error is for a call that could not be planned,
@@ -102,25 +105,27 @@ func (p Planner) Plan(ctx context.Context, c Call) (Outcome, error) {
 		},
 		Now: c.Now,
 	}
-	plan, err := p.schedule(ctx, c, s)
+	plan, assumed, err := p.schedule(ctx, c, s)
 	if invalid, ok := errors.AsType[*scheduling.InvalidSelectorError](err); ok {
-		return Outcome{Kind: InvalidSelector, Invalid: invalid}, nil
+		return Outcome{Kind: InvalidSelector, Invalid: invalid, Assumed: assumed}, nil
 	}
 	if err != nil {
 		return Outcome{}, fmt.Errorf("cannot schedule replicas: %w", err)
 	}
-	return Outcome{Kind: Placed, Plan: plan}, nil
+	return Outcome{Kind: Placed, Plan: plan, Assumed: assumed}, nil
 }
 
-// schedule runs the scheduler. Where the server keeps assumed placements
+// schedule runs the scheduler, and says how many assumed placements it
+// charged. Where the server keeps assumed placements
 // and the call takes part, reading what other calls placed, planning and
 // recording what this one places is one critical section
 // (docs/spec.md#assumed-placements). A call whose caller has gone by the
 // time it has planned records nothing: its response will not be applied.
-func (p Planner) schedule(ctx context.Context, c Call, s scheduling.Snapshot) (*scheduling.Plan, error) {
+func (p Planner) schedule(ctx context.Context, c Call, s scheduling.Snapshot) (*scheduling.Plan, int, error) {
 	d, clusters, ok := c.assumes()
 	if p.Ledger == nil || !ok {
-		return scheduling.Schedule(s) //nolint:contextcheck // The scheduler is pure: DRA's CEL cost limit bounds every evaluation.
+		plan, err := scheduling.Schedule(s) //nolint:contextcheck // The scheduler is pure: DRA's CEL cost limit bounds every evaluation.
+		return plan, 0, err
 	}
 	p.Ledger.Lock()
 	defer p.Ledger.Unlock()
@@ -129,10 +134,10 @@ func (p Planner) schedule(ctx context.Context, c Call, s scheduling.Snapshot) (*
 	}
 	plan, err := scheduling.Schedule(s) //nolint:contextcheck // As above.
 	if err != nil || ctx.Err() != nil {
-		return plan, err
+		return plan, len(s.Assumed), err
 	}
 	p.Ledger.Record(d, entries(s, plan, clusters))
-	return plan, nil
+	return plan, len(s.Assumed), nil
 }
 
 // assumes says whether the call takes part in assumed placements: only

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -37,13 +38,20 @@ func Defaults() Settings {
 // takes the default. A value that does not parse or is out of range is an
 // error naming its field.
 func Read(in *v1beta1.Input) (Settings, error) {
+	s, errs := Check(in)
+	return s, Invalid(errs)
+}
+
+// Check reads a function input as Read does, returning what is wrong with
+// it field by field; a field in error keeps its default.
+func Check(in *v1beta1.Input) (Settings, field.ErrorList) {
 	if in == nil {
 		in = &v1beta1.Input{}
 	}
 	var errs field.ErrorList
 	s := Settings{}
-	s.ObservationMaxAge, errs = duration(errs, field.NewPath("observationMaxAge"), in.ObservationMaxAge, v1beta1.DefaultObservationMaxAge, positive, "must be a duration such as 5m or 90s")
-	s.ReplaceUnscheduledAfter, errs = duration(errs, field.NewPath("replaceUnscheduledAfter"), in.ReplaceUnscheduledAfter, v1beta1.DefaultReplaceUnscheduledAfter, notNegative, "must be a duration such as 15m or 1h, or 0s to turn re-placing off")
+	s.ObservationMaxAge, errs = duration(errs, field.NewPath("observationMaxAge"), in.ObservationMaxAge, v1beta1.DefaultObservationMaxAge, between(MinObservationMaxAge, MaxObservationMaxAge), "must be a duration such as 5m or 90s")
+	s.ReplaceUnscheduledAfter, errs = duration(errs, field.NewPath("replaceUnscheduledAfter"), in.ReplaceUnscheduledAfter, v1beta1.DefaultReplaceUnscheduledAfter, offOrBetween(MinReplaceUnscheduledAfter, MaxReplaceUnscheduledAfter), "must be a duration such as 15m or 1h, or 0s to turn re-placing off")
 	s.AssumedBinding = scheduling.Binding(v1beta1.DefaultAssumedBinding)
 	if in.AssumedBinding != nil {
 		switch b := *in.AssumedBinding; b {
@@ -53,27 +61,71 @@ func Read(in *v1beta1.Input) (Settings, error) {
 			errs = append(errs, field.NotSupported(field.NewPath("assumedBinding"), string(b), []string{string(v1beta1.AssumedBindingMostFree), string(v1beta1.AssumedBindingLeastFree)}))
 		}
 	}
-	if len(errs) > 0 {
-		return s, fmt.Errorf("invalid Function input: %w", errs.ToAggregate())
-	}
-	return s, nil
+	return s, errs
 }
+
+// Invalid is the error of a function input with errs, nil for none.
+func Invalid(errs field.ErrorList) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("invalid Function input: %w", errs.ToAggregate())
+}
+
+// The bounds of the input's durations (docs/spec.md#function-input;
+// docs/operations.md, Bounds, says where each comes from).
+const (
+	// MinObservationMaxAge is above the oldest a report the agent keeps in
+	// sync gets: it publishes at least every minute, and a view proven by
+	// the API server's watch bookmarks lags about a minute more. Below it
+	// pools go stale, and to whole-node accounting, in normal operation.
+	MinObservationMaxAge = 3 * time.Minute
+	// MaxObservationMaxAge is a day: a report older than that says nothing
+	// of a pool's free devices, and the same age bounds how far in the
+	// future an observedAt may be.
+	MaxObservationMaxAge = 24 * time.Hour
+	// MinReplaceUnscheduledAfter is the agent's heartbeat: a shorter wait
+	// could re-place a replica whose pods bound before its PodsScheduled
+	// condition could say so.
+	MinReplaceUnscheduledAfter = time.Minute
+	// MaxReplaceUnscheduledAfter is a day: waits double with each move, so
+	// the third comes a week after the first wait began; longer is re-placing
+	// off, which 0s says.
+	MaxReplaceUnscheduledAfter = 24 * time.Hour
+)
 
 // A bound says what is wrong with a parsed duration, or nothing.
 type bound func(time.Duration) string
 
-func positive(d time.Duration) string {
-	if d <= 0 {
-		return "must be positive"
+// between bounds a duration to [lo, hi].
+func between(lo, hi time.Duration) bound {
+	return func(d time.Duration) string {
+		if d < lo || d > hi {
+			return fmt.Sprintf("must be between %s and %s", short(lo), short(hi))
+		}
+		return ""
 	}
-	return ""
 }
 
-func notNegative(d time.Duration) string {
-	if d < 0 {
-		return "must not be negative"
+// offOrBetween bounds a duration to 0, or [lo, hi].
+func offOrBetween(lo, hi time.Duration) bound {
+	return func(d time.Duration) string {
+		if d != 0 && (d < lo || d > hi) {
+			return fmt.Sprintf("must be 0s, or between %s and %s", short(lo), short(hi))
+		}
+		return ""
 	}
-	return ""
+}
+
+// short renders a bound as a person writes it: 3m, 24h, 1m.
+func short(d time.Duration) string {
+	s := d.String()
+	for _, zero := range []string{"0s", "0m"} {
+		if strings.HasSuffix(s, zero) && len(s) > len(zero) {
+			s = strings.TrimSuffix(s, zero)
+		}
+	}
+	return s
 }
 
 // duration reads an optional duration field: its default when absent,

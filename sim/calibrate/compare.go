@@ -3,89 +3,184 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/sim/kube"
 )
 
-// outcome compares the two schedulers on one state.
+// simPod is what the simulator's binder decided for one pod of a state.
+type simPod struct {
+	scored  []string
+	scores  map[string]int64
+	plugins map[string]map[string]int64
+	best    []string
+	// searched is how far its search went (Evaluation.Searched); bound
+	// the node it picked as parallelism 1 does (Evaluation.Pick).
+	searched int
+	bound    string
+	devices  []string
+}
+
+// simulate schedules a state's pods, one after another, with the
+// simulator's binder under a mutation (or none), each bound to the node
+// Pick names: in a clone of the state's cluster with its pods bound, or,
+// for what counts as allocated, which is counted as pods are added, in a
+// new one.
+func simulate(ctx context.Context, st *state, base *kube.Cluster, prof kube.Profile, m kube.Mutation) ([]simPod, error) {
+	var c *kube.Cluster
+	var err error
+	if strings.HasPrefix(string(m), "allocated/") {
+		c, err = st.cluster(st.pods, m)
+	} else {
+		c = base.Clone()
+		err = c.Mutate(m)
+	}
+	if err != nil {
+		return nil, err
+	}
+	bound := map[string]*resourceapi.ResourceClaim{}
+	for _, rc := range st.claims {
+		bound[rc.Name] = rc
+	}
+	out := make([]simPod, 0, len(st.incoming))
+	for _, in := range st.incoming {
+		claims := map[string]*resourceapi.ResourceClaim{}
+		maps.Copy(claims, bound)
+		for _, rc := range in.claims {
+			claims[rc.Name] = rc
+		}
+		for name, rc := range claims {
+			claims[name] = rc.DeepCopy()
+		}
+		pod := in.pod.DeepCopy()
+		p, err := kube.NewPod(pod, st.claimsOf(pod, claims)...)
+		if err != nil {
+			return nil, err
+		}
+		e, err := c.Evaluate(ctx, p, prof)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s: %w", pod.Name, err)
+		}
+		sp := simPod{scores: map[string]int64{}, plugins: map[string]map[string]int64{}, searched: e.Searched, bound: e.Pick()}
+		for i, n := range e.Scored {
+			sp.scores[n] = e.Scores[i]
+			sp.plugins[n] = weighted(e.Plugins[i])
+		}
+		sp.scored = slices.Sorted(slices.Values(e.Scored))
+		sp.best = slices.Sorted(slices.Values(e.Best))
+		if sp.bound != "" {
+			for _, a := range e.Allocation(sp.bound) {
+				sp.devices = append(sp.devices, devices(&a)...)
+			}
+			if err := c.Bind(p, sp.bound, e); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, sp)
+	}
+	return out, nil
+}
+
+// weighted is the simulator's plugin scores as the framework reports them:
+// multiplied by their weights.
+func weighted(ps kube.PluginScores) map[string]int64 {
+	out := map[string]int64{}
+	for pl, s := range ps {
+		out[pl] = s * kube.Weights()[pl]
+	}
+	return out
+}
+
+// outcome compares the two schedulers on one state's pods.
 type outcome struct {
-	// feasible: both found the same nodes feasible; scores: the same
-	// total on every one of them; best: the same set of best nodes;
-	// bound: the node the framework bound to is among the simulator's
-	// best; devices: the simulator's allocation on that node is the one
-	// the framework wrote.
-	feasible, scores, best, bound, devices bool
-	// contested: two or more nodes were feasible; unique: of those, one
-	// scored highest alone.
-	contested, unique bool
-	unschedulable     bool
-	// decidedBy names, for a unique best, the plugins whose weighted
-	// scores favour it over the runner-up.
+	// Each holds when it holds for every pod: feasible, the same nodes
+	// scored (or none fit); evaluated, the search went through as many
+	// nodes; scores, the same total on every scored node; best, the same
+	// best nodes; bound, the same node picked; devices, the same devices
+	// allocated there.
+	feasible, evaluated, scores, best, bound, devices bool
+	// pods is how many pods were scheduled, contested how many had two or
+	// more scored nodes, unique how many of those a unique best,
+	// unschedulable how many fit no node.
+	pods, contested, unique, unschedulable int
+	// decidedBy names, for each pod with a unique best, the plugins whose
+	// weighted scores favour it over the runner-up.
 	decidedBy []string
 	diff      string
 }
 
-func (o outcome) agrees() bool { return o.feasible && o.scores && o.best && o.bound && o.devices }
+func (o outcome) agrees() bool {
+	return o.feasible && o.evaluated && o.scores && o.best && o.bound && o.devices
+}
 
-func compare(ctx context.Context, st *state, prof kube.Profile) (outcome, error) {
-	framework, err := schedule(ctx, st, prof)
-	if err != nil {
-		return outcome{}, fmt.Errorf("kube-scheduler: %w", err)
-	}
-	c, err := st.cluster(st.pods)
-	if err != nil {
-		return outcome{}, err
-	}
-	p, err := kube.NewPod(st.pod.DeepCopy(), st.claimsOf(st.pod)...)
-	if err != nil {
-		return outcome{}, err
-	}
-	e, err := c.Evaluate(ctx, p, prof)
-	if err != nil {
-		return outcome{}, fmt.Errorf("simulator: %w", err)
-	}
-	o := outcome{contested: len(framework.feasible) > 1, unschedulable: len(framework.feasible) == 0}
-	o.unique = o.contested && len(framework.best) == 1
-	simFeasible := slices.Sorted(slices.Values(e.Scored))
-	simBest := slices.Sorted(slices.Values(e.Best))
-	o.feasible = slices.Equal(simFeasible, framework.feasible)
-	o.best = slices.Equal(simBest, framework.best)
-	o.scores = true
+// compare compares the framework's verdicts on a state's pods with the
+// simulator's.
+func compare(fw []podVerdict, sim []simPod) outcome {
+	o := outcome{feasible: true, evaluated: true, scores: true, best: true, bound: true, devices: true, pods: len(fw)}
 	var lines []string
-	if o.contested {
-		for i, n := range e.Scored {
-			if framework.scores[n] != e.Scores[i] {
-				o.scores = false
-				lines = append(lines, fmt.Sprintf("  %s: kube-scheduler %d %v, simulator %d %v", n, framework.scores[n], framework.plugins[n], e.Scores[i], weighted(e.Plugins[i])))
+	for i, v := range fw {
+		o = counted(o, v)
+		bad := func(ok *bool, what string, args ...any) {
+			*ok = false
+			lines = append(lines, fmt.Sprintf("  pod %d: %s", i, fmt.Sprintf(what, args...)))
+		}
+		comparePod(v, sim[i], &o, bad)
+	}
+	if !o.agrees() {
+		o.diff = strings.Join(lines, "\n")
+	}
+	return o
+}
+
+// counted is o with what the framework's verdict on a pod was counted.
+func counted(o outcome, v podVerdict) outcome {
+	if len(v.scored) > 1 {
+		o.contested++
+		if len(v.best) == 1 {
+			o.unique++
+			o.decidedBy = append(o.decidedBy, decidedBy(v)...)
+		}
+	}
+	if v.bound == "" {
+		o.unschedulable++
+	}
+	return o
+}
+
+// comparePod compares the verdicts on one pod, calling bad with each
+// difference and the outcome's field it clears.
+func comparePod(v podVerdict, s simPod, o *outcome, bad func(ok *bool, what string, args ...any)) {
+	if !slices.Equal(v.scored, s.scored) {
+		bad(&o.feasible, "scored %v / %v (%s)", v.scored, s.scored, v.rejection)
+	}
+	if v.bound != "" && v.evaluated != s.searched {
+		bad(&o.evaluated, "searched %d / %d nodes", v.evaluated, s.searched)
+	}
+	if len(v.scored) > 1 {
+		for _, n := range v.scored {
+			if t, ok := s.scores[n]; ok && t != v.scores[n] {
+				bad(&o.scores, "%s: kube-scheduler %d %v, simulator %d %v", n, v.scores[n], v.plugins[n], t, s.plugins[n])
 			}
 		}
 	}
-	o.bound = framework.bound == "" && len(e.Best) == 0 || slices.Contains(e.Best, framework.bound)
-	o.devices = true
-	if framework.bound != "" {
-		var sim []string
-		for _, a := range e.Allocation(framework.bound) {
-			sim = append(sim, devices(&a)...)
-		}
-		o.devices = slices.Equal(sim, framework.devices)
-		if !o.devices {
-			lines = append(lines, fmt.Sprintf("  devices on %s: kube-scheduler %v, simulator %v", framework.bound, framework.devices, sim))
-		}
+	if !slices.Equal(v.best, s.best) {
+		bad(&o.best, "best %v / %v", v.best, s.best)
 	}
-	if o.unique {
-		o.decidedBy = decidedBy(framework)
+	if v.bound != s.bound {
+		bad(&o.bound, "bound to %q / %q", v.bound, s.bound)
 	}
-	if !o.agrees() {
-		o.diff = fmt.Sprintf("feasible %v / %v, best %v / %v, bound %s %s\n%s", framework.feasible, simFeasible, framework.best, simBest, framework.bound, framework.rejection, strings.Join(lines, "\n"))
+	if v.bound != "" && v.bound == s.bound && !slices.Equal(v.devices, s.devices) {
+		bad(&o.devices, "devices on %s: kube-scheduler %v, simulator %v", v.bound, v.devices, s.devices)
 	}
-	return o, nil
 }
 
 // decidedBy names the plugins that score the unique best node above the
 // runner-up.
-func decidedBy(v *verdict) []string {
+func decidedBy(v podVerdict) []string {
 	best := v.best[0]
 	var runnerUp string
 	for n, s := range v.scores {
@@ -100,15 +195,5 @@ func decidedBy(v *verdict) []string {
 		}
 	}
 	slices.Sort(out)
-	return out
-}
-
-// weighted is the simulator's plugin scores as the framework reports them:
-// multiplied by their weights.
-func weighted(ps kube.PluginScores) map[string]int64 {
-	out := map[string]int64{}
-	for pl, s := range ps {
-		out[pl] = s * kube.Weights()[pl]
-	}
 	return out
 }

@@ -1,14 +1,21 @@
 // Command calibrate checks the fleet simulator's binder (sim/kube) against
-// kube-scheduler v1.37.2's own framework, run in process, on random cluster
-// states: for each state and profile it schedules the same pod with both
-// and compares the feasible nodes, every feasible node's total score, the
-// set of best nodes, where the framework bound the pod and which devices
-// its DynamicResources plugin allocated.
+// kube-scheduler v1.37.2, run in process, on random cluster states of the
+// families in families.go: for each state and profile it schedules the
+// state's pods, one after another, with both (kube-scheduler through its
+// own ScheduleOne), and compares for each pod the nodes scored, how far
+// the search went, every scored node's total, the best nodes, the node
+// picked and the devices allocated there.
 //
-//	cd sim/calibrate && go run . -states 2000 -out ../../docs/calibration.md
+//	cd sim/calibrate && go run . -states 2000 -mutations -ties 500 -agent 300 -out ../../docs/calibration.md
 //
-// It exits 1 when any state disagrees (with -strict) and prints the first
-// disagreements.
+// With -mutations it runs the binder again under each deliberate break
+// (kube.Mutations) on the same states, against kube-scheduler's verdicts
+// of the first run, and counts the states each changes. With -ties it runs
+// kube-scheduler with its default parallelism to compare its picks among
+// nodes that tie. With -agent it checks the cluster agent's reports
+// against kube-scheduler's Filter. With -strict it exits 1 when any state
+// disagrees, a break changes no state and has no argument why it cannot,
+// or the agent reports devices free that kube-scheduler refuses.
 package main
 
 import (
@@ -19,196 +26,219 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
-	"slices"
-	"strings"
+	"runtime/debug"
+	"runtime/pprof"
+	"sync"
 	"time"
 
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
-	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler/metrics"
 
 	"github.com/modelplaneai/fleet-scheduler/sim/kube"
 )
 
 func main() {
-	states := flag.Int("states", 1000, "random states to sample; each is scheduled under every profile")
-	seed := flag.Uint64("seed", 1, "seed of the states")
-	out := flag.String("out", "", "file to write the Markdown report to; empty prints it only")
-	strict := flag.Bool("strict", false, "exit 1 if any state disagrees")
+	var o options
+	flag.IntVar(&o.states, "states", 1000, "random states to sample; each is scheduled under every profile")
+	flag.Uint64Var(&o.seed, "seed", 1, "seed of the states")
+	flag.StringVar(&o.out, "out", "", "file to write the Markdown report to; empty prints it only")
+	flag.BoolVar(&o.strict, "strict", false, "exit 1 if any state disagrees, a mutation changes no state without an argument, or the agent over-reports")
+	flag.BoolVar(&o.mutations, "mutations", false, "also run every mutation of the binder on the states")
+	flag.IntVar(&o.mutationStates, "mutation-states", 0, "run the mutations on the first this many states only (0: all)")
+	flag.IntVar(&o.agent, "agent", 0, "also check the cluster agent's reports on this many states")
+	flag.IntVar(&o.ties, "ties", 0, "also run kube-scheduler with parallelism 16 on this many states, to compare its picks among ties")
+	flag.IntVar(&o.workers, "workers", runtime.GOMAXPROCS(0), "states run at once")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile to this file")
 	flag.Parse()
+	// The binder's runs allocate a great deal and keep little: collect
+	// less often, but keep the heap within 5 GiB (2,000 states hold about
+	// 2 GiB; the machine is shared).
+	debug.SetGCPercent(300)
+	debug.SetMemoryLimit(5 << 30)
 	// The framework logs every unschedulable pod; the report says what
 	// matters.
 	klog.SetOutput(&bytes.Buffer{})
 	klog.LogToStderr(false)
-	// As scheduler.New does: the framework instruments its plugins.
 	metrics.Register()
-	if err := run(*states, *seed, *out, *strict); err != nil {
+	if err := profiled(*cpuprofile, func() error { return run(context.Background(), o) }); err != nil {
 		fmt.Fprintln(os.Stderr, "calibrate:", err)
 		os.Exit(1)
 	}
 }
 
-// tally counts a profile's outcomes.
-type tally struct {
-	states, contested, unique, unschedulable   int
-	feasible, scores, best, bound, devices, ok int
-	decidedBy                                  map[string]int
-	diffs                                      []string
+// profiled runs f, with a CPU profile written to path unless it is empty.
+func profiled(path string, f func() error) error {
+	if path == "" {
+		return f()
+	}
+	out, err := os.Create(path) //nolint:gosec // The path is the user's flag.
+	if err != nil {
+		return fmt.Errorf("cannot profile: %w", err)
+	}
+	defer out.Close() //nolint:errcheck // The profile is flushed by StopCPUProfile; a failed close loses only it.
+	if err := pprof.StartCPUProfile(out); err != nil {
+		return fmt.Errorf("cannot profile: %w", err)
+	}
+	defer pprof.StopCPUProfile()
+	return f()
 }
 
-func run(states int, seed uint64, out string, strict bool) error {
-	began := time.Now()
-	ctx := context.Background()
-	profiles := []kube.Profile{kube.Default, kube.MostAllocated}
-	tallies := map[kube.Profile]*tally{}
-	for _, p := range profiles {
-		tallies[p] = &tally{decidedBy: map[string]int{}}
-	}
-	for i := range states {
-		rng := rand.New(rand.NewPCG(seed, uint64(i))) //nolint:gosec // Sampled states, not security.
-		st, err := sample(rng)
-		if err != nil {
-			return fmt.Errorf("state %d: %w", i, err)
-		}
-		for _, p := range profiles {
-			o, err := compare(ctx, st, p)
-			if err != nil {
-				return fmt.Errorf("state %d, %s: %w", i, p, err)
+type options struct {
+	states, mutationStates, agent, ties, workers int
+	seed                                         uint64
+	out                                          string
+	strict, mutations                            bool
+}
+
+func profiles() []kube.Profile { return []kube.Profile{kube.Default, kube.MostAllocated} }
+
+// parallel runs f(i) for i in [0, n) on workers goroutines and returns the
+// first error.
+func parallel(n, workers int, f func(i int) error) error {
+	var mu sync.Mutex
+	var first error
+	next := 0
+	var wg sync.WaitGroup
+	for range max(1, workers) {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				i := next
+				next++
+				stop := first != nil
+				mu.Unlock()
+				if i >= n || stop {
+					return
+				}
+				if err := f(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
 			}
-			tallies[p].add(o, fmt.Sprintf("state %d (seed %d), %s", i, seed, p))
-		}
+		})
 	}
-	elapsed := time.Since(began)
-	report := render(states, seed, profiles, tallies, elapsed)
-	if _, err := os.Stdout.WriteString(report); err != nil {
+	wg.Wait()
+	return first
+}
+
+// sampled is one state and kube-scheduler's verdicts on it, by profile.
+type sampled struct {
+	st *state
+	// base is the simulator's view of the state, its pods bound.
+	base     *kube.Cluster
+	verdicts map[kube.Profile][]podVerdict
+	// agrees is whether the binder, unmutated, agreed with them.
+	agrees map[kube.Profile]bool
+}
+
+func run(ctx context.Context, o options) error {
+	r := &report{opts: o, tallies: map[kube.Profile]*tally{}, families: map[string]int{}}
+	for _, p := range profiles() {
+		r.tallies[p] = &tally{decidedBy: map[string]int{}}
+	}
+	if err := checkAssumptions(ctx); err != nil {
 		return err
 	}
-	if out != "" {
+	began := time.Now()
+	all, err := frameworkRuns(ctx, o)
+	if err != nil {
+		return err
+	}
+	r.framework = time.Since(began)
+	began = time.Now()
+	outcomes, err := simulatorRuns(ctx, o, all)
+	if err != nil {
+		return err
+	}
+	r.simulator = time.Since(began)
+	for i, s := range all {
+		r.families[s.st.family]++
+		for _, p := range profiles() {
+			r.tallies[p].add(outcomes[i][p], fmt.Sprintf("state %d (seed %d, %s), %s", i, o.seed, s.st.family, p))
+		}
+	}
+	r.coverage(all, outcomes)
+	if o.mutations {
+		began = time.Now()
+		if err := r.mutate(ctx, all); err != nil {
+			return err
+		}
+		r.mutationTime = time.Since(began)
+	}
+	if o.ties > 0 {
+		began = time.Now()
+		if err := r.checkTies(ctx, all[:min(o.ties, len(all))]); err != nil {
+			return err
+		}
+		r.tieTime = time.Since(began)
+	}
+	if o.agent > 0 {
+		began = time.Now()
+		if err := r.checkAgent(ctx, all[:min(o.agent, len(all))]); err != nil {
+			return err
+		}
+		r.agentTime = time.Since(began)
+	}
+	text := r.render()
+	if _, err := os.Stdout.WriteString(text); err != nil {
+		return err
+	}
+	if o.out != "" {
 		// The report is documentation, for everyone to read.
-		if err := os.WriteFile(out, []byte(report), 0o644); err != nil { //nolint:gosec // See above.
-			return fmt.Errorf("cannot write %s: %w", out, err)
+		if err := os.WriteFile(o.out, []byte(text), 0o644); err != nil { //nolint:gosec // See above.
+			return fmt.Errorf("cannot write %s: %w", o.out, err)
 		}
 	}
-	for _, p := range profiles {
-		t := tallies[p]
-		for _, d := range t.diffs[:min(len(t.diffs), 5)] {
-			fmt.Fprintln(os.Stderr, d)
-		}
-		if strict && t.ok != t.states {
-			return fmt.Errorf("%s: %d of %d states disagree", p, t.states-t.ok, t.states)
-		}
-	}
-	return nil
+	return r.failures()
 }
 
-func (t *tally) add(o outcome, name string) {
-	t.states++
-	count := func(b bool, n *int) {
-		if b {
-			*n++
+// frameworkRuns samples the states and runs kube-scheduler on each, under
+// every profile.
+func frameworkRuns(ctx context.Context, o options) ([]*sampled, error) {
+	all := make([]*sampled, o.states)
+	err := parallel(o.states, o.workers, func(i int) error {
+		fam := familyOf(i)
+		st, err := sample(ctx, rand.New(rand.NewPCG(o.seed, uint64(i))), fam) //nolint:gosec // Sampled states, not security.
+		if err != nil {
+			return fmt.Errorf("state %d (%s): %w", i, fam.name, err)
 		}
-	}
-	count(o.contested, &t.contested)
-	count(o.unique, &t.unique)
-	count(o.unschedulable, &t.unschedulable)
-	count(o.feasible, &t.feasible)
-	count(o.scores, &t.scores)
-	count(o.best, &t.best)
-	count(o.bound, &t.bound)
-	count(o.devices, &t.devices)
-	count(o.agrees(), &t.ok)
-	for _, pl := range o.decidedBy {
-		t.decidedBy[pl]++
-	}
-	if !o.agrees() {
-		t.diffs = append(t.diffs, name+": "+o.diff)
-	}
-}
-
-func pct(n, d int) string {
-	if d == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(d))
-}
-
-func render(states int, seed uint64, profiles []kube.Profile, tallies map[kube.Profile]*tally, elapsed time.Duration) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "<!-- Written by `cd sim/calibrate && go run . -states %d -seed %d -out ../../docs/calibration.md`; do not edit. -->\n\n", states, seed)
-	b.WriteString(preamble)
-	b.WriteString("| Profile | States | Two or more feasible nodes | Unique best node | Unschedulable | Same feasible nodes | Same total score on every feasible node | Same best nodes | Binding among the simulator's best | Same devices allocated | **Agreement** |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, p := range profiles {
-		t := tallies[p]
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | **%d (%s)** |\n", p, t.states, t.contested, t.unique, t.unschedulable,
-			t.feasible, t.scores, t.best, t.bound, t.devices, t.ok, pct(t.ok, t.states))
-	}
-	b.WriteString("\nOf the states with a unique best node, how often each plugin's weighted score favoured it over the runner-up:\n\n")
-	b.WriteString("| Profile | " + strings.Join(pluginNames(), " | ") + " |\n")
-	b.WriteString("|---|" + strings.Repeat("---:|", len(pluginNames())) + "\n")
-	for _, p := range profiles {
-		t := tallies[p]
-		fmt.Fprintf(&b, "| %s |", p)
-		for _, pl := range pluginNames() {
-			fmt.Fprintf(&b, " %d (%s) |", t.decidedBy[pl], pct(t.decidedBy[pl], t.unique))
+		s := &sampled{st: st, verdicts: map[kube.Profile][]podVerdict{}, agrees: map[kube.Profile]bool{}}
+		for _, p := range profiles() {
+			v, err := schedule(ctx, st, p, 1)
+			if err != nil {
+				return fmt.Errorf("state %d (%s), %s: kube-scheduler: %w", i, fam.name, p, err)
+			}
+			s.verdicts[p] = v
 		}
-		b.WriteString("\n")
-	}
-	fmt.Fprintf(&b, "\nkube-scheduler v1.37.2's feature gates as run: DRAConsumableCapacity=%t, DRAPartitionableDevices=%t, DRADeviceTaints=%t, DRAPrioritizedList=%t, OpportunisticBatching=%t (pods with claims are not signable, so it never batches them). %d states in %s on %d CPUs (%s).\n",
-		utilfeature.DefaultFeatureGate.Enabled(features.DRAConsumableCapacity), utilfeature.DefaultFeatureGate.Enabled(features.DRAPartitionableDevices),
-		utilfeature.DefaultFeatureGate.Enabled(features.DRADeviceTaints), utilfeature.DefaultFeatureGate.Enabled(features.DRAPrioritizedList),
-		utilfeature.DefaultFeatureGate.Enabled(features.OpportunisticBatching), states*len(profiles), elapsed.Round(time.Second), runtime.NumCPU(), runtime.Version())
-	return b.String()
+		all[i] = s
+		return nil
+	})
+	return all, err
 }
 
-const preamble = `# The simulator's binder against kube-scheduler
-
-The fleet simulator binds pods with its own code (sim/kube): the filters
-of kube-scheduler v1.37's default profile, the structured DRA allocator,
-and the score plugins that can tell two nodes of a pool apart, written
-from kube-scheduler's source. This compares it with kube-scheduler's own
-framework, from k8s.io/kubernetes v1.37.2, run in process by
-sim/calibrate (a module of its own, so that k8s.io/kubernetes never
-enters the function's go.mod).
-
-Each state is a random cluster: 2 to 99 nodes in 0 to 3 zones and two
-pools, cpu and memory allocatable of 8 to 192 cores and 32Gi to 2Ti,
-ResourceSlices of 0 to 8 GPUs (one model per state, some nodes with less
-memory per GPU) and some of NICs, DeviceClasses for both, images of 4Mi
-to 10Gi on a third of the nodes each, cordons, NoSchedule and
-PreferNoSchedule taints, ReplicaSets and StatefulSets, and up to twice as
-many pods as nodes bound wherever they fit (through the simulator's filter and the
-allocator, so every allocation is the allocator's), with cpu and memory
-requests that are missing, zero or set, owners, gangs' required
-anti-affinity and claims. Then a pod of the same kind is scheduled by both,
-under each profile: kube-scheduler's framework (the in-tree registry, the
-default profile from the scheme's defaults, a snapshot of the nodes and
-pods as shared lister, the DRA manager over informers of a fake clientset
-holding every object) runs PreFilter, Filter on every node, PreScore and
-Score, picks the node as schedule_one.go does, then Reserve, PreBind and
-Bind; the default binder's binding is recorded by a reactor on the fake
-clientset, and the claim's allocation read back as PreBind wrote it.
-
-A state agrees when both find the same feasible nodes, the same total
-score on every one, the same set of best nodes, the framework binds to one
-of the simulator's best, and the simulator allocates on that node the
-devices the framework wrote into the claim. States where one node alone is
-feasible, or several tie, prove little about the scores: the table counts
-the states with two or more feasible nodes and, of those, a unique best.
-
-Not compared here: which of several tied best nodes each picks (v1.37
-breaks a tie by its heap over the parallel filter's output; the simulator
-at random), and percentageOfNodesToScore, which only cuts in at 100 nodes
-(its count is tested against the formula in sim/kube).
-
-`
-
-func pluginNames() []string {
-	out := make([]string, 0, len(kube.Weights()))
-	for pl := range kube.Weights() {
-		out = append(out, pl)
-	}
-	slices.Sort(out)
-	return out
+// simulatorRuns runs the simulator's binder on each state, under every
+// profile, and compares it with kube-scheduler's verdicts.
+func simulatorRuns(ctx context.Context, o options, all []*sampled) ([]map[kube.Profile]outcome, error) {
+	outcomes := make([]map[kube.Profile]outcome, o.states)
+	err := parallel(o.states, o.workers, func(i int) error {
+		outcomes[i] = map[kube.Profile]outcome{}
+		base, err := all[i].st.cluster(all[i].st.pods, "")
+		if err != nil {
+			return fmt.Errorf("state %d (%s): simulator: %w", i, all[i].st.family, err)
+		}
+		all[i].base = base
+		for _, p := range profiles() {
+			sim, err := simulate(ctx, all[i].st, base, p, "")
+			if err != nil {
+				return fmt.Errorf("state %d (%s), %s: simulator: %w", i, all[i].st.family, p, err)
+			}
+			outcomes[i][p] = compare(all[i].verdicts[p], sim)
+			all[i].agrees[p] = outcomes[i][p].agrees()
+		}
+		return nil
+	})
+	return outcomes, err
 }

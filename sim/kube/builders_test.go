@@ -167,3 +167,86 @@ func (w *podWrapper) boundTo(node string, devices ...[2]string) *podWrapper {
 }
 
 func gpu(name string) [2]string { return [2]string{gpuDriver, name} }
+
+// podTerm is a pod (anti-)affinity term over pods labelled k=v in
+// the topology domain of key.
+func podTerm(key, k, v string) corev1.PodAffinityTerm {
+	return corev1.PodAffinityTerm{LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{k: v}}, TopologyKey: key}
+}
+
+func (w *podWrapper) affinity() *corev1.Affinity {
+	if w.pod.Spec.Affinity == nil {
+		w.pod.Spec.Affinity = &corev1.Affinity{}
+	}
+	return w.pod.Spec.Affinity
+}
+
+// requireAffinity puts the pod only in the domains of key that hold a pod
+// labelled k=v.
+func (w *podWrapper) requireAffinity(key, k, v string) *podWrapper {
+	a := w.affinity()
+	if a.PodAffinity == nil {
+		a.PodAffinity = &corev1.PodAffinity{}
+	}
+	a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution = append(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution, podTerm(key, k, v))
+	return w
+}
+
+// preferAffinity (weight > 0) or preferAntiAffinity (weight < 0) for the
+// domains of key holding a pod labelled k=v.
+func (w *podWrapper) prefer(weight int32, key, k, v string) *podWrapper {
+	a := w.affinity()
+	if weight > 0 {
+		if a.PodAffinity == nil {
+			a.PodAffinity = &corev1.PodAffinity{}
+		}
+		a.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution = append(a.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution,
+			corev1.WeightedPodAffinityTerm{Weight: weight, PodAffinityTerm: podTerm(key, k, v)})
+		return w
+	}
+	if a.PodAntiAffinity == nil {
+		a.PodAntiAffinity = &corev1.PodAntiAffinity{}
+	}
+	a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution = append(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution,
+		corev1.WeightedPodAffinityTerm{Weight: -weight, PodAffinityTerm: podTerm(key, k, v)})
+	return w
+}
+
+// preferNodes prefers, at the weight, nodes labelled k=v.
+func (w *podWrapper) preferNodes(weight int32, k, v string) *podWrapper {
+	a := w.affinity()
+	if a.NodeAffinity == nil {
+		a.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution = append(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution,
+		corev1.PreferredSchedulingTerm{Weight: weight, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: k, Operator: corev1.NodeSelectorOpIn, Values: []string{v}}}}})
+	return w
+}
+
+// extended requests n of an extended resource.
+func (w *podWrapper) extended(name corev1.ResourceName, n int64) *podWrapper {
+	q := *resource.NewQuantity(n, resource.DecimalSI)
+	w.pod.Spec.Containers[0].Resources.Requests[name] = q
+	w.pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{name: q}
+	return w
+}
+
+// fromTemplate adds a claim of the requests made from a template, as the
+// resourceclaim controller makes it: owned by the pod, named in its
+// status.
+func (w *podWrapper) fromTemplate(reqs ...resourceapi.DeviceRequest) *podWrapper {
+	ref := fmt.Sprintf("t%d", len(w.claims))
+	rc := NewClaim(testNS, w.pod.Name+"-"+ref+"-x7k2p", reqs...)
+	rc.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: w.pod.Name, UID: w.pod.UID, Controller: new(true)}}
+	w.claims = append(w.claims, rc)
+	w.pod.Spec.ResourceClaims = append(w.pod.Spec.ResourceClaims, corev1.PodResourceClaim{Name: ref, ResourceClaimTemplateName: new("tmpl")})
+	w.pod.Status.ResourceClaimStatuses = append(w.pod.Status.ResourceClaimStatuses, corev1.PodResourceClaimStatus{Name: ref, ResourceClaimName: &rc.Name})
+	return w
+}
+
+// advertise sets an extended resource's allocatable, as a device plugin
+// does.
+func (w *nodeWrapper) advertise(name corev1.ResourceName, n int64) *nodeWrapper {
+	w.node.Status.Allocatable[name] = *resource.NewQuantity(n, resource.DecimalSI)
+	return w
+}

@@ -3,6 +3,9 @@ package kube
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -12,7 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/deviceclass/extendedresourcecache"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
 )
 
 // Profile is a kube-scheduler profile: which NodeResourcesFit scoring
@@ -31,16 +36,17 @@ const (
 
 // Features is the structured allocator's feature set as kube-scheduler
 // v1.37 enables it by default (dynamicresources.AllocatorFeatures of the
-// default feature gates).
+// default feature gates, which sim/calibrate checks). FractionalCapacity-
+// Range is off: its gate's v1.37 default is on only at compatibility
+// version 1.37, and kube-scheduler v1.37.2's default gates have it off.
 func Features() structured.Features {
 	return structured.Features{
-		AdminAccess:             true,
-		PrioritizedList:         true,
-		PartitionableDevices:    true,
-		DeviceTaints:            true,
-		DeviceBindingAndStatus:  true,
-		ConsumableCapacity:      true,
-		FractionalCapacityRange: true,
+		AdminAccess:            true,
+		PrioritizedList:        true,
+		PartitionableDevices:   true,
+		DeviceTaints:           true,
+		DeviceBindingAndStatus: true,
+		ConsumableCapacity:     true,
 	}
 }
 
@@ -55,12 +61,21 @@ type Cluster struct {
 	// inZone each one's nodes in the order they were added.
 	zones  []string
 	inZone map[string][]*Node
+	// inserted are the nodes in the order they were added.
+	inserted []*Node
 
-	classes   classes
-	allocated structured.AllocatedState
-	owners    map[ownerKey]labels.Selector
-	// antiPods are the bound pods with required anti-affinity terms.
-	antiPods map[*Pod]bool
+	classes classes
+	// extended maps extended resources to the DeviceClasses that back
+	// them, as the DynamicResources plugin's cache does.
+	extended *extendedresourcecache.ExtendedResourceCache
+	// taintRules are the DeviceTaintRules, applied to the slices the
+	// allocator sees as kube-scheduler's slice tracker applies them.
+	taintRules []*resourceapi.DeviceTaintRule
+	allocated  structured.AllocatedState
+	owners     map[ownerKey]labels.Selector
+	// antiPods are the bound pods with required anti-affinity terms;
+	// affinityPods those with any inter-pod affinity term.
+	antiPods, affinityPods map[*Pod]bool
 	// imageNodes counts the nodes holding each image name.
 	imageNodes map[string]int
 	// imageSizes is what a node that pulls an image records it as.
@@ -69,6 +84,9 @@ type Cluster struct {
 	// (kube-scheduler's nextStartNodeIndex).
 	nextStart int
 	cel       *cel.Cache
+	// mutation is the deliberate break the binder runs with, if any.
+	mutation Mutation
+	weights  map[string]int64
 }
 
 // Node is a node and what is bound to it.
@@ -82,6 +100,9 @@ type Node struct {
 	// requested sums the pods' requests; nonZero the same with the
 	// scheduler's defaults for containers that request nothing.
 	requested, nonZero res
+	// scalarAllocatable and scalarRequested are the same for extended
+	// resources.
+	scalarAllocatable, scalarRequested map[corev1.ResourceName]int64
 	// images are the node's image names and their sizes.
 	images map[string]int64
 	// generation counts the pods bound to and removed from the node.
@@ -94,28 +115,71 @@ func (n *Node) Generation() uint64 { return n.generation }
 
 type ownerKey struct{ kind, namespace, name string }
 
+// celCache compiles CEL selectors as the DynamicResources plugin builds
+// its cache: one per process, shared by every cluster (it is safe for
+// concurrent use), as kube-scheduler has one for all its cycles.
+var celCache = sync.OnceValue(func() *cel.Cache { //nolint:gochecknoglobals // One compiler and cache per process.
+	return cel.NewCache(1000, cel.Features{EnableConsumableCapacity: Features().ConsumableCapacity})
+})
+
 // NewCluster is an empty cluster with the DeviceClasses.
 func NewCluster(cls ...*resourceapi.DeviceClass) *Cluster {
 	c := &Cluster{
-		byName:  map[string]*Node{},
-		inZone:  map[string][]*Node{},
-		classes: classes{},
+		byName:   map[string]*Node{},
+		inZone:   map[string][]*Node{},
+		classes:  classes{},
+		extended: extendedresourcecache.NewExtendedResourceCache(klog.Background()),
 		allocated: structured.AllocatedState{
 			AllocatedDevices:         sets.New[structured.DeviceID](),
 			AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 			AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 		},
-		owners:     map[ownerKey]labels.Selector{},
-		antiPods:   map[*Pod]bool{},
-		imageNodes: map[string]int{},
-		imageSizes: map[string]int64{},
-		// As the DynamicResources plugin builds its cache.
-		cel: cel.NewCache(1000, cel.Features{EnableConsumableCapacity: Features().ConsumableCapacity}),
+		owners:       map[ownerKey]labels.Selector{},
+		antiPods:     map[*Pod]bool{},
+		affinityPods: map[*Pod]bool{},
+		imageNodes:   map[string]int{},
+		imageSizes:   map[string]int64{},
+		cel:          celCache(),
+		weights:      Weights(),
 	}
 	for _, dc := range cls {
 		c.classes[dc.Name] = dc
+		c.extended.OnAdd(dc, true)
 	}
 	return c
+}
+
+// AddDeviceTaintRule adds a DeviceTaintRule: its taint is added to the
+// devices it selects, as kube-scheduler's ResourceSlice tracker adds it,
+// before the allocator sees them.
+func (c *Cluster) AddDeviceTaintRule(r *resourceapi.DeviceTaintRule) {
+	c.taintRules = append(c.taintRules, r)
+}
+
+// patched is a slice with the DeviceTaintRules' taints added to the
+// devices they select (tracker.applyPatches): a rule without a selector
+// selects nothing; driver, pool and device, where set, must match.
+func (c *Cluster) patched(s *resourceapi.ResourceSlice) *resourceapi.ResourceSlice {
+	if c.mutation == IgnoreDeviceTaintRules {
+		return s
+	}
+	out := s
+	for _, r := range c.taintRules {
+		sel := r.Spec.DeviceSelector
+		if sel == nil || sel.Driver != nil && *sel.Driver != s.Spec.Driver || sel.Pool != nil && *sel.Pool != s.Spec.Pool.Name {
+			continue
+		}
+		for i, d := range s.Spec.Devices {
+			if sel.Device != nil && *sel.Device != d.Name {
+				continue
+			}
+			if out == s {
+				out = s.DeepCopy()
+			}
+			out.Spec.Devices[i].Taints = append(out.Spec.Devices[i].Taints, r.Spec.Taint)
+		}
+	}
+	return out
 }
 
 // SetImageSize sets the size a node records for an image it pulls.
@@ -129,9 +193,17 @@ func (c *Cluster) AddNode(n *corev1.Node, slices ...*resourceapi.ResourceSlice) 
 	if _, ok := c.byName[n.Name]; ok {
 		return fmt.Errorf("cannot add node %s: it exists", n.Name)
 	}
-	nd := &Node{Obj: n, Slices: slices, images: map[string]int64{}}
+	nd := &Node{Obj: n, Slices: slices, images: map[string]int64{}, scalarRequested: map[corev1.ResourceName]int64{}}
 	nd.allocatable = res{milliCPU: n.Status.Allocatable.Cpu().MilliValue(), memory: n.Status.Allocatable.Memory().Value()}
 	nd.pods = n.Status.Allocatable.Pods().Value()
+	for name, q := range n.Status.Allocatable {
+		if IsExtendedResourceName(name) {
+			if nd.scalarAllocatable == nil {
+				nd.scalarAllocatable = map[corev1.ResourceName]int64{}
+			}
+			nd.scalarAllocatable[name] = q.Value()
+		}
+	}
 	for _, img := range n.Status.Images {
 		for _, name := range img.Names {
 			if _, ok := nd.images[name]; !ok {
@@ -153,6 +225,7 @@ func (c *Cluster) insert(nd *Node) {
 		c.zones = append(c.zones, zone)
 	}
 	c.inZone[zone] = append(c.inZone[zone], nd)
+	c.inserted = append(c.inserted, nd)
 	c.nodes = c.nodes[:0]
 	for i := 0; len(c.nodes) < len(c.byName); i++ {
 		for _, z := range c.zones {
@@ -273,11 +346,17 @@ func (c *Cluster) assume(p *Pod, n *Node) {
 	p.Obj.Spec.NodeName = n.Obj.Name
 	n.Pods = append(n.Pods, p)
 	n.generation++
-	if len(p.antiAffinity) > 0 {
+	if len(p.affinity.antiRequired) > 0 {
 		c.antiPods[p] = true
+	}
+	if p.affinity.any() {
+		c.affinityPods[p] = true
 	}
 	n.requested = n.requested.add(p.requests)
 	n.nonZero = n.nonZero.add(p.nonZero)
+	for name, q := range p.scalar {
+		n.scalarRequested[name] += q
+	}
 	for _, rc := range p.Claims {
 		c.hold(rc, true)
 	}
@@ -302,8 +381,12 @@ func (c *Cluster) RemovePod(p *Pod) error {
 	n.Pods = append(n.Pods[:i], n.Pods[i+1:]...)
 	n.generation++
 	delete(c.antiPods, p)
+	delete(c.affinityPods, p)
 	n.requested = n.requested.sub(p.requests)
 	n.nonZero = n.nonZero.sub(p.nonZero)
+	for name, q := range p.scalar {
+		n.scalarRequested[name] -= q
+	}
 	for _, rc := range p.Claims {
 		c.hold(rc, false)
 		rc.Status = resourceapi.ResourceClaimStatus{}
@@ -323,10 +406,13 @@ func (c *Cluster) hold(rc *resourceapi.ResourceClaim, held bool) {
 	}
 	a := &c.allocated
 	for _, r := range rc.Status.Allocation.Devices.Results {
-		if r.AdminAccess != nil && *r.AdminAccess {
+		if r.AdminAccess != nil && *r.AdminAccess && c.mutation != AdminAccessHolds {
 			continue
 		}
 		id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+		if c.mutation == SharesHoldWholeDevices {
+			r.ShareID = nil
+		}
 		switch {
 		case r.ShareID == nil && held:
 			a.AllocatedDevices.Insert(id)
@@ -380,3 +466,70 @@ type res struct{ milliCPU, memory int64 }
 
 func (r res) add(o res) res { return res{r.milliCPU + o.milliCPU, r.memory + o.memory} }
 func (r res) sub(o res) res { return res{r.milliCPU - o.milliCPU, r.memory - o.memory} }
+
+// Clone is a copy of the cluster to bind more pods in, leaving this one as
+// it is, running without a mutation: its nodes, pods and claims are
+// copied; the ResourceSlice, DeviceClass and DeviceTaintRule objects, and
+// a node's labels and spec, are shared, as the binder only reads them.
+func (c *Cluster) Clone() *Cluster {
+	out := &Cluster{
+		byName:     make(map[string]*Node, len(c.byName)),
+		inZone:     make(map[string][]*Node, len(c.inZone)),
+		zones:      slices.Clone(c.zones),
+		classes:    c.classes,
+		extended:   c.extended,
+		taintRules: slices.Clone(c.taintRules),
+		allocated: structured.AllocatedState{
+			AllocatedDevices:         c.allocated.AllocatedDevices.Clone(),
+			AllocatedSharedDeviceIDs: c.allocated.AllocatedSharedDeviceIDs.Clone(),
+			AggregatedCapacity:       c.allocated.AggregatedCapacity.Clone(),
+		},
+		owners:       maps.Clone(c.owners),
+		antiPods:     make(map[*Pod]bool, len(c.antiPods)),
+		affinityPods: make(map[*Pod]bool, len(c.affinityPods)),
+		imageNodes:   maps.Clone(c.imageNodes),
+		imageSizes:   maps.Clone(c.imageSizes),
+		nextStart:    c.nextStart,
+		cel:          c.cel,
+		weights:      Weights(),
+	}
+	nodes := make(map[*Node]*Node, len(c.inserted))
+	for _, n := range c.inserted {
+		obj := *n.Obj
+		// Pulled appends to the images: a slice of the copy's own.
+		obj.Status.Images = slices.Clone(n.Obj.Status.Images)
+		nn := *n
+		nn.Obj, nn.Pods = &obj, make([]*Pod, 0, len(n.Pods))
+		nn.images, nn.scalarRequested = maps.Clone(n.images), maps.Clone(n.scalarRequested)
+		nodes[n] = &nn
+		out.byName[nn.Obj.Name] = &nn
+		out.inserted = append(out.inserted, &nn)
+	}
+	for _, n := range c.nodes {
+		out.nodes = append(out.nodes, nodes[n])
+	}
+	for z, in := range c.inZone {
+		for _, n := range in {
+			out.inZone[z] = append(out.inZone[z], nodes[n])
+		}
+	}
+	for _, n := range c.inserted {
+		for _, p := range n.Pods {
+			np := *p
+			np.Obj = p.Obj.DeepCopy()
+			np.Claims = make([]*resourceapi.ResourceClaim, len(p.Claims))
+			for i, rc := range p.Claims {
+				np.Claims[i] = rc.DeepCopy()
+			}
+			np.node = nodes[n]
+			np.node.Pods = append(np.node.Pods, &np)
+			if c.antiPods[p] {
+				out.antiPods[&np] = true
+			}
+			if c.affinityPods[p] {
+				out.affinityPods[&np] = true
+			}
+		}
+	}
+	return out
+}

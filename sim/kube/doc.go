@@ -1,17 +1,30 @@
 // Package kube binds pods to nodes as kube-scheduler v1.37's default
 // profile does, for the fleet simulator, from real Kubernetes objects:
-// Nodes, Pods, ResourceSlices, DeviceClasses and ResourceClaims.
+// Nodes, Pods, ResourceSlices, DeviceClasses, DeviceTaintRules and
+// ResourceClaims. sim/calibrate checks it against kube-scheduler v1.37.2
+// itself (docs/calibration.md).
 //
 // Filter. A node fits a pod when the default profile's filters that can
 // reject it pass: NodeUnschedulable, TaintToleration (NoSchedule and
 // NoExecute), NodeAffinity (the pod's nodeSelector and required node
-// affinity, through k8s.io/component-helpers), NodeResourcesFit (pods, cpu
-// and memory, the pod's requests summed by k8s.io/component-helpers as the
-// scheduler sums them), InterPodAffinity's required anti-affinity (how a
-// gang's pods get distinct nodes), and DynamicResources: the structured
-// allocator of k8s.io/dynamic-resource-allocation, with kube-scheduler's
-// v1.37 feature set, allocates the pod's ResourceClaims on the node. The
-// allocation it returns is what the pod takes when it binds.
+// affinity, through k8s.io/component-helpers), NodeResourcesFit (pods,
+// cpu, memory and extended resources, the pod's requests summed by
+// k8s.io/component-helpers as the scheduler sums them), InterPodAffinity
+// (the pod's required affinity, with the rule that lets the first pod of
+// a group with affinity to itself land; its required anti-affinity; the
+// bound pods' required anti-affinity against it), and DynamicResources:
+// the structured allocator of k8s.io/dynamic-resource-allocation, with
+// kube-scheduler's v1.37 feature set, allocates the pod's claims on the
+// node (those it names and those made from its templates, as its status
+// names them), on the ResourceSlices with the DeviceTaintRules' taints
+// added as kube-scheduler's slice tracker adds them; a claim already
+// allocated must be usable there. The allocation it returns is what the
+// pod takes when it binds. An extended resource a DeviceClass backs
+// (DRAExtendedResource) is allocated as kube-scheduler allocates it: on a
+// node whose device plugin does not advertise it, a claim for that many
+// devices of the class, made as the DynamicResources plugin makes it
+// (k8s.io/dynamic-resource-allocation's extended resource cache maps the
+// resource to the class).
 //
 // Score. The default profile's score plugins, computed as
 // pkg/scheduler/framework/plugins computes them at v1.37 (written here, not
@@ -21,6 +34,8 @@
 //
 //   - TaintToleration (weight 3): intolerable PreferNoSchedule taints,
 //     reversed and scaled to 0-100.
+//   - NodeAffinity (2): the weights of the preferred node affinity terms
+//     a node matches, scaled by the highest; skipped for a pod without.
 //   - NodeResourcesFit (1): LeastAllocated, or MostAllocated under the
 //     MostAllocated profile, over cpu and memory with the scheduler's
 //     non-zero defaults (100m, 200Mi) for a container that requests none.
@@ -28,29 +43,50 @@
 //     maxSkew 3, zone maxSkew 5, ScheduleAnyway) for a pod whose controller
 //     is a ReplicaSet, StatefulSet or ReplicationController the cluster
 //     knows, selecting by that controller's selector.
+//   - InterPodAffinity (2): per topology domain, the weights of the pod's
+//     preferred affinity terms bound pods there match, less its preferred
+//     anti-affinity terms', plus the bound pods' terms that match the pod
+//     (required affinity at hardPodAffinityWeight 1, preferred affinity,
+//     less preferred anti-affinity), scaled from the lowest to the highest;
+//     skipped when no term matched.
+//   - DynamicResources (2): the rank of the sub-request of each prioritized
+//     list (firstAvailable) the allocation on the node took, 8 for the
+//     first down to 1, scaled by the highest; 0 for every other claim.
 //   - NodeResourcesBalancedAllocation (1): cpu and memory, the balance with
 //     the pod against the balance without it.
 //   - ImageLocality (1): the sizes of the pod's images a node holds, scaled
 //     by how many of the cluster's nodes hold them.
 //
-// Left out, because for the pods this package accepts they give every node
-// the same score (NewPod refuses a pod they would not): NodeAffinity's score
-// (only preferred node affinity terms score; the pods have none),
-// InterPodAffinity's score (only preferred terms and other pods' required
-// affinity terms score; the pods have required anti-affinity at most, which
-// is a filter), DynamicResources' score (only firstAvailable sub-requests
-// score; the claims use exactly), VolumeBinding's (no volumes) and explicit
-// topologySpreadConstraints (none; the system defaults apply). Services
-// selecting the pods would narrow PodTopologySpread's default selector; the
-// simulator creates none.
+// VolumeBinding also scores under v1.37's default StorageCapacityScoring:
+// 0 on every node for a pod without persistent volumes, which are the
+// only pods NewPod accepts; it is left out.
 //
-// Which node. The best total wins. Ties are broken at random: v1.37 sets no
-// random tie-breaker unless an extender scores, and takes whichever tied
-// node its heap over the parallel filter's output puts first, an order no
-// configuration controls; the calibration (sim/calibrate) compares sets of
-// best nodes, not the pick. In a cluster of 100 nodes or more, the nodes are
-// searched from where the previous pod's search stopped and only the first
-// percentageOfNodesToScore feasible ones are scored, with that setting's
-// adaptive default (50% less one point per 125 nodes, at least 5% and at
-// least 100 nodes).
+// Left out, because NewPod refuses the pods they would matter for (none a
+// ModelReplica's template can express: its containers carry no resources,
+// ports or volumes of their own, its pods no spread constraints or
+// affinity): explicit topologySpreadConstraints, host ports (NodePorts),
+// persistent and CSI volumes (VolumeBinding, VolumeRestrictions,
+// VolumeZone, NodeVolumeLimits), ephemeral storage and hugepages, node
+// affinity by field (NodeAffinity's PreFilter would narrow the search),
+// and affinity terms with a namespace selector or label keys. Services
+// selecting the pods would narrow PodTopologySpread's default selector;
+// the simulator creates none.
+//
+// Which node. kube-scheduler searches the nodes in its node tree's order
+// (zones in the order they first appeared, one node of each in turn) from
+// where the previous search stopped; in a cluster of 100 nodes or more it
+// scores only the first percentageOfNodesToScore feasible nodes, with that
+// setting's adaptive default (50% less one point per 125 nodes, at least
+// 5% and at least 100 nodes). Evaluate searches as it does with
+// parallelism 1: one node after another until it finds one feasible node
+// more than it scores, which it drops, and the next search starts past
+// the nodes it kept or rejected. The best total wins; v1.37 sets no random
+// tie-breaker unless an extender scores, and takes whichever tied node its
+// heap over the scored nodes puts on top, which depends on their order:
+// Pick is that node for the search order. With more than one worker (the
+// default is 16) the order is whichever worker finished first, and
+// Schedule, given a random source, picks among the best at random.
+//
+// Mutations. Cluster.Mutate sets one deliberate break of the rules above
+// (Mutations lists them), for sim/calibrate's mutation testing only.
 package kube

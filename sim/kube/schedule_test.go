@@ -246,8 +246,8 @@ func TestPluginScores(t *testing.T) {
 				pod:   makePod("p"),
 			},
 			want: []PluginScores{
-				{"TaintToleration": 100, "NodeResourcesFit": 46, "NodeResourcesBalancedAllocation": 75, "ImageLocality": 0},
-				{"TaintToleration": 100, "NodeResourcesFit": 96, "NodeResourcesBalancedAllocation": 75, "ImageLocality": 0},
+				{"TaintToleration": 100, "NodeResourcesFit": 46, "NodeResourcesBalancedAllocation": 75, "ImageLocality": 0, "DynamicResources": 0},
+				{"TaintToleration": 100, "NodeResourcesFit": 96, "NodeResourcesBalancedAllocation": 75, "ImageLocality": 0, "DynamicResources": 0},
 			},
 		},
 		{
@@ -265,8 +265,8 @@ func TestPluginScores(t *testing.T) {
 				// 81; without 0.25 vs 0: 87; 50 + (50+81-87)/2 = 72.
 				// n2: cpu 28/32 = 87, memory 100: 93. Balanced with
 				// 0.125 vs 0: 93; without: 100; 50 + (50+93-100)/2 = 71.
-				{"TaintToleration": 100, "NodeResourcesFit": 81, "NodeResourcesBalancedAllocation": 72, "ImageLocality": 0},
-				{"TaintToleration": 100, "NodeResourcesFit": 93, "NodeResourcesBalancedAllocation": 71, "ImageLocality": 0},
+				{"TaintToleration": 100, "NodeResourcesFit": 81, "NodeResourcesBalancedAllocation": 72, "ImageLocality": 0, "DynamicResources": 0},
+				{"TaintToleration": 100, "NodeResourcesFit": 93, "NodeResourcesBalancedAllocation": 71, "ImageLocality": 0, "DynamicResources": 0},
 			},
 		},
 		{
@@ -279,7 +279,7 @@ func TestPluginScores(t *testing.T) {
 				nodes: []*nodeWrapper{makeNode("n1")},
 				pod:   makePod("p").noRequests(),
 			},
-			want: []PluginScores{{"TaintToleration": 100, "NodeResourcesFit": 99, "ImageLocality": 0}},
+			want: []PluginScores{{"TaintToleration": 100, "NodeResourcesFit": 99, "ImageLocality": 0, "DynamicResources": 0}},
 		},
 		{
 			// Two of four nodes hold the pod's 8Gi image: 8192Mi * 2/4 =
@@ -293,8 +293,8 @@ func TestPluginScores(t *testing.T) {
 				pod: makePod("p").labels().requests("1", "8Gi"),
 			},
 			want: []PluginScores{
-				{"TaintToleration": 100, "NodeResourcesFit": 96, "NodeResourcesBalancedAllocation": 75, "ImageLocality": 100},
-				{"TaintToleration": 100, "NodeResourcesFit": 96, "NodeResourcesBalancedAllocation": 75, "ImageLocality": 100},
+				{"TaintToleration": 100, "NodeResourcesFit": 96, "NodeResourcesBalancedAllocation": 75, "ImageLocality": 100, "DynamicResources": 0},
+				{"TaintToleration": 100, "NodeResourcesFit": 96, "NodeResourcesBalancedAllocation": 75, "ImageLocality": 100, "DynamicResources": 0},
 			},
 		},
 		{
@@ -311,8 +311,8 @@ func TestPluginScores(t *testing.T) {
 				pod:    makePod("x1").labels("app", "x").owner("rs").noRequests(),
 			},
 			want: []PluginScores{
-				{"TaintToleration": 100, "NodeResourcesFit": 99, "PodTopologySpread": 87, "ImageLocality": 0},
-				{"TaintToleration": 100, "NodeResourcesFit": 99, "PodTopologySpread": 100, "ImageLocality": 0},
+				{"TaintToleration": 100, "NodeResourcesFit": 99, "PodTopologySpread": 87, "ImageLocality": 0, "DynamicResources": 0},
+				{"TaintToleration": 100, "NodeResourcesFit": 99, "PodTopologySpread": 100, "ImageLocality": 0, "DynamicResources": 0},
 			},
 		},
 		{
@@ -328,9 +328,9 @@ func TestPluginScores(t *testing.T) {
 				pod: makePod("p").tolerate("c"),
 			},
 			want: []PluginScores{
-				{"TaintToleration": 0, "NodeResourcesFit": 96, "NodeResourcesBalancedAllocation": 75, "ImageLocality": 0},
-				{"TaintToleration": 50, "NodeResourcesFit": 96, "NodeResourcesBalancedAllocation": 75, "ImageLocality": 0},
-				{"TaintToleration": 100, "NodeResourcesFit": 96, "NodeResourcesBalancedAllocation": 75, "ImageLocality": 0},
+				{"TaintToleration": 0, "NodeResourcesFit": 96, "NodeResourcesBalancedAllocation": 75, "ImageLocality": 0, "DynamicResources": 0},
+				{"TaintToleration": 50, "NodeResourcesFit": 96, "NodeResourcesBalancedAllocation": 75, "ImageLocality": 0, "DynamicResources": 0},
+				{"TaintToleration": 100, "NodeResourcesFit": 96, "NodeResourcesBalancedAllocation": 75, "ImageLocality": 0, "DynamicResources": 0},
 			},
 		},
 		{
@@ -344,8 +344,8 @@ func TestPluginScores(t *testing.T) {
 				profile: MostAllocated,
 			},
 			want: []PluginScores{
-				{"TaintToleration": 100, "NodeResourcesFit": 53, "NodeResourcesBalancedAllocation": 75, "ImageLocality": 0},
-				{"TaintToleration": 100, "NodeResourcesFit": 3, "NodeResourcesBalancedAllocation": 75, "ImageLocality": 0},
+				{"TaintToleration": 100, "NodeResourcesFit": 53, "NodeResourcesBalancedAllocation": 75, "ImageLocality": 0, "DynamicResources": 0},
+				{"TaintToleration": 100, "NodeResourcesFit": 3, "NodeResourcesBalancedAllocation": 75, "ImageLocality": 0, "DynamicResources": 0},
 			},
 		},
 	}

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -13,16 +14,24 @@ import (
 // maxNodeScore is the framework's MaxNodeScore.
 const maxNodeScore int64 = 100
 
-// Weights are the default profile's weights of the plugins that score
-// these pods (pkg/scheduler/apis/config/v1/default_plugins.go).
+// Weights are the default profile's weights of its score plugins
+// (pkg/scheduler/apis/config/v1/default_plugins.go).
 func Weights() map[string]int64 {
 	return map[string]int64{
 		"TaintToleration":                 3,
+		"NodeAffinity":                    2,
 		"NodeResourcesFit":                1,
 		"PodTopologySpread":               2,
+		"InterPodAffinity":                2,
+		"DynamicResources":                2,
 		"NodeResourcesBalancedAllocation": 1,
 		"ImageLocality":                   1,
 	}
+}
+
+// pluginOrder are the score plugins in the default profile's order.
+func pluginOrder() []string {
+	return []string{"TaintToleration", "NodeAffinity", "NodeResourcesFit", "PodTopologySpread", "InterPodAffinity", "DynamicResources", "NodeResourcesBalancedAllocation", "ImageLocality"}
 }
 
 // PluginScores are one node's normalised scores, before weighting, of the
@@ -31,15 +40,15 @@ type PluginScores map[string]int64
 
 // score computes every scoring plugin's normalised scores of the feasible
 // nodes, and their weighted totals.
-func (c *Cluster) score(p *Pod, prof Profile, nodes []*Node) ([]int64, []PluginScores) {
-	weights := Weights()
+func (c *Cluster) score(p *Pod, prof Profile, nodes []*Node, allocations []*nodeAllocation) ([]int64, []PluginScores) {
+	weights := c.weights
 	totals := make([]int64, len(nodes))
 	per := make([]PluginScores, len(nodes))
 	for i := range per {
 		per[i] = PluginScores{}
 	}
 	add := func(name string, scores []int64) {
-		if scores == nil {
+		if scores == nil || !c.scoreOn(name) {
 			return
 		}
 		for i, s := range scores {
@@ -48,11 +57,77 @@ func (c *Cluster) score(p *Pod, prof Profile, nodes []*Node) ([]int64, []PluginS
 		}
 	}
 	add("TaintToleration", taintScores(p, nodes))
-	add("NodeResourcesFit", fitScores(p, prof, nodes))
+	add("NodeAffinity", nodeAffinityScores(p, nodes))
+	add("NodeResourcesFit", c.fitScores(p, prof, nodes))
 	add("PodTopologySpread", c.spreadScores(p, nodes))
+	add("InterPodAffinity", c.interPodAffinityScores(p, nodes))
+	add("DynamicResources", c.draScores(p, allocations))
 	add("NodeResourcesBalancedAllocation", balancedScores(p, nodes))
 	add("ImageLocality", c.imageScores(p, nodes))
 	return totals, per
+}
+
+// nodeAffinityScores is NodeAffinity's score: the weights of the pod's
+// preferred node affinity terms the node matches, scaled by the highest.
+// A pod without such terms is skipped (nil).
+func nodeAffinityScores(p *Pod, nodes []*Node) []int64 {
+	if p.preferredNodes == nil {
+		return nil
+	}
+	raw := make([]int64, len(nodes))
+	for i, n := range nodes {
+		raw[i] = p.preferredNodes.Score(n.Obj)
+	}
+	return defaultNormalize(raw, false)
+}
+
+// draScores is DynamicResources' score: for each request of a
+// prioritized list (firstAvailable), the rank of the sub-request the
+// allocation on the node took, 8 for the first down to 1 for the eighth;
+// scaled by the highest.
+func (c *Cluster) draScores(p *Pod, allocations []*nodeAllocation) []int64 {
+	raw := make([]int64, len(allocations))
+	for i, na := range allocations {
+		if na == nil {
+			// The plugin allocated nothing on the node: it scores 0.
+			continue
+		}
+		j := 0
+		for _, rc := range p.Claims {
+			a := rc.Status.Allocation
+			if a == nil {
+				if j >= len(na.results) {
+					break
+				}
+				a = &na.results[j]
+				j++
+			}
+			raw[i] += c.subRequestRanks(rc, a)
+		}
+	}
+	return defaultNormalize(raw, false)
+}
+
+// subRequestRanks sums, over the claim's prioritized lists, the rank of
+// the sub-request the allocation took.
+func (c *Cluster) subRequestRanks(rc *resourceapi.ResourceClaim, a *resourceapi.AllocationResult) int64 {
+	chosen := map[string]bool{}
+	for _, r := range a.Devices.Results {
+		chosen[r.Request] = true
+	}
+	var sum int64
+	for _, req := range rc.Spec.Devices.Requests {
+		for k, sub := range req.FirstAvailable {
+			if chosen[req.Name+"/"+sub.Name] {
+				rank := int64(resourceapi.FirstAvailableDeviceRequestMaxSize - k)
+				if c.mutation == FlatSubRequestRank {
+					rank = resourceapi.FirstAvailableDeviceRequestMaxSize
+				}
+				sum += rank
+			}
+		}
+	}
+	return sum
 }
 
 // taintScores is TaintToleration's score: the PreferNoSchedule taints the
@@ -101,10 +176,14 @@ func defaultNormalize(scores []int64, reverse bool) []int64 {
 // LeastAllocated, or MostAllocated under that profile. It reads the node's
 // non-zero requests, and the pod's with the defaults for containers that
 // request nothing.
-func fitScores(p *Pod, prof Profile, nodes []*Node) []int64 {
+func (c *Cluster) fitScores(p *Pod, prof Profile, nodes []*Node) []int64 {
+	scored := p.scored
+	if c.mutation == NoDefaultRequests {
+		scored = p.requests
+	}
 	out := make([]int64, len(nodes))
 	for i, n := range nodes {
-		requested := [2]int64{n.nonZero.milliCPU + p.scored.milliCPU, n.nonZero.memory + p.scored.memory}
+		requested := [2]int64{n.nonZero.milliCPU + scored.milliCPU, n.nonZero.memory + scored.memory}
 		allocatable := [2]int64{n.allocatable.milliCPU, n.allocatable.memory}
 		var score, weights int64
 		for r := range requested {
@@ -210,6 +289,9 @@ func (c *Cluster) imageScores(p *Pod, nodes []*Node) []int64 {
 		for _, name := range p.images {
 			if size, ok := n.images[name]; ok {
 				spread := float64(c.imageNodes[name]) / float64(total)
+				if c.mutation == NoImageSpread {
+					spread = 1
+				}
 				sum += int64(float64(size) * spread)
 			}
 		}
@@ -245,6 +327,9 @@ func (c *Cluster) spreadScores(p *Pod, nodes []*Node) []int64 {
 	}
 	ns := p.Obj.Namespace
 	constraints := systemDefaultConstraints()
+	if c.mutation == NoZoneSpread {
+		constraints = constraints[:1]
+	}
 	counts, weights := c.spreadDomains(p, constraints, nodes, sel)
 	raw := make([]int64, len(nodes))
 	for j, n := range nodes {

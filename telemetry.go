@@ -1,0 +1,309 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/crossplane/function-sdk-go/logging"
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/compose"
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+	"github.com/modelplaneai/fleet-scheduler/internal/metrics"
+	"github.com/modelplaneai/fleet-scheduler/internal/plan"
+	"github.com/modelplaneai/fleet-scheduler/observation"
+)
+
+// telemetry is what a server tells on-call of its calls
+// (docs/operations.md): a log line per call, a line per invalid pool
+// report once per version of its cluster, and the metrics. The zero
+// telemetry logs nothing and counts nothing.
+type telemetry struct {
+	log logging.Logger
+	// ledger is whether the log has the per-pool ledger of each call
+	// (--debug): building it costs a line per pool.
+	ledger bool
+	// metrics are nil when the server exports none.
+	metrics *metrics.Metrics
+
+	mu sync.Mutex
+	// warned is, by cluster and pool, the cluster's resourceVersion and
+	// the defect last logged: an agent's report of a new version comes
+	// with a new resourceVersion of its cluster.
+	warned map[[2]string]string
+}
+
+// summary is what one call did, filled in as it goes.
+type summary struct {
+	req   *fnv1.RunFunctionRequest
+	xr    *v1alpha1.ModelDeployment
+	fleet *fleet.Fleet
+	// now is the call's time, and maxAge its observationMaxAge.
+	now    time.Time
+	maxAge time.Duration
+	// observed are the composed resources the request observed.
+	observed map[string]*fnv1.Resource
+	// planned is a call that planned, and outcome what it decided.
+	planned bool
+	outcome plan.Outcome
+}
+
+// name is the XR's namespace/name: as read, or as the request carries it
+// when the call failed before reading it.
+func (s *summary) name() string {
+	if s.xr != nil {
+		return s.xr.Metadata.Namespace + "/" + s.xr.Metadata.Name
+	}
+	meta := s.req.GetObserved().GetComposite().GetResource().GetFields()["metadata"].GetStructValue().GetFields()
+	ns, name := meta["namespace"].GetStringValue(), meta["name"].GetStringValue()
+	if name == "" {
+		return ""
+	}
+	return ns + "/" + name
+}
+
+// Log line keys and outcomes (docs/operations.md#the-log).
+const (
+	outcomeAsked           = "asked"
+	outcomePlaced          = "placed"
+	outcomeNoClusters      = "noClusters"
+	outcomeInvalidSelector = "invalidSelector"
+	outcomeFatal           = "fatal"
+	outcomeError           = "error"
+)
+
+// called logs a call and counts it. err is the call's error, for an
+// error or Fatal result; rsp is nil for an error.
+func (t *telemetry) called(s *summary, rsp *fnv1.RunFunctionResponse, err error, took time.Duration, at time.Time) {
+	if t == nil {
+		return
+	}
+	kv := []any{}
+	if xr := s.name(); xr != "" {
+		kv = append(kv, "xr", xr)
+	}
+	result, outcome := metrics.OK, outcomeAsked
+	switch {
+	case rsp == nil:
+		result, outcome = metrics.Error, outcomeError
+	case err != nil:
+		result, outcome = metrics.Fatal, outcomeFatal
+	case s.planned:
+		switch s.outcome.Kind {
+		case plan.NoClusters:
+			outcome = outcomeNoClusters
+		case plan.InvalidSelector:
+			outcome = outcomeInvalidSelector
+		case plan.Placed:
+			outcome = outcomePlaced
+		}
+	}
+	kv = append(kv, "outcome", outcome)
+	rec := metrics.Call{Result: result, Duration: took, OnlyAsked: outcome == outcomeAsked, At: at}
+	if s.planned && err == nil {
+		n := count(s, rsp)
+		kv = append(kv, "wanted", n.wanted, "placed", n.placed, "kept", n.kept, "dropped", n.dropped,
+			"replaced", n.replaced, "unplaced", n.unplaced)
+		if n.reason != "" {
+			kv = append(kv, "reason", n.reason)
+		}
+		kv = append(kv, "wholeNode", wholeNodeByReason(s.fleet.Pools), "assumed", s.outcome.Assumed)
+		if s.xr != nil {
+			rec.Deployment = s.xr.Metadata.Namespace + "/" + s.xr.Metadata.Name
+			rec.Unplaced, rec.Replaced = n.unplaced, n.replaced
+			if t.metrics != nil {
+				rec.Pools = pools(s)
+			}
+		}
+	}
+	if err != nil {
+		kv = append(kv, "error", err.Error())
+	}
+	kv = append(kv, "duration", took.String())
+	t.logger().Info("Called", kv...)
+	if s.planned && err == nil {
+		t.warnInvalid(s.fleet)
+		if t.ledger {
+			t.logLedger(s)
+		}
+	}
+	if t.metrics != nil {
+		t.metrics.Record(rec)
+	}
+}
+
+// counts are a planned call's replicas, as its log line counts them.
+type counts struct {
+	wanted                                    int64
+	placed, kept, dropped, replaced, unplaced int
+	reason                                    string
+}
+
+// count counts what the call composed of its plan (or of what it kept, for
+// an outcome without one): placed are the
+// ModelReplicas the response composes, kept those of them it did not
+// place anew, dropped those it observed and no longer composes, and the
+// reason the first of the shortfall's.
+func count(s *summary, rsp *fnv1.RunFunctionResponse) counts {
+	var n counts
+	desired := rsp.GetDesired().GetResources()
+	for k := range desired {
+		if compose.IsReplicaKey(k) {
+			n.placed++
+		}
+	}
+	for k := range s.observed {
+		if _, ok := desired[k]; !ok && compose.IsReplicaKey(k) {
+			n.dropped++
+		}
+	}
+	p := s.outcome.Plan
+	if s.outcome.Kind != plan.Placed || p == nil {
+		// Nothing new placed: the deployment is short of what it asks for
+		// by what the response keeps.
+		n.wanted = max(s.xr.Spec.Replicas, 0)
+		n.kept = n.placed
+		n.unplaced = max(int(n.wanted)-n.placed, 0)
+		return n
+	}
+	fresh := 0
+	for _, r := range p.Replicas {
+		if r.New {
+			fresh++
+		}
+	}
+	n.wanted, n.replaced = p.Wanted, len(p.Moves)
+	n.kept = max(n.placed-fresh, 0)
+	n.unplaced = max(int(p.Wanted)-n.placed, 0)
+	if p.Shortfall != nil && len(p.Shortfall.Clusters) > 0 {
+		v := p.Shortfall.Clusters[0]
+		n.reason = v.Cluster + ": " + v.Reason.String()
+	}
+	return n
+}
+
+// wholeNodeByReason counts the pools of Ready clusters on whole-node
+// accounting, by why.
+func wholeNodeByReason(reports []observation.PoolReport) map[string]int {
+	out := map[string]int{}
+	for _, r := range reports {
+		if reason := wholeNodeReason(r); reason != "" && r.ClusterReady {
+			out[reason]++
+		}
+	}
+	return out
+}
+
+// wholeNodeReason is the metrics' reason a pool is on whole-node
+// accounting; empty for a usable report.
+func wholeNodeReason(r observation.PoolReport) string {
+	switch r.State {
+	case observation.Missing:
+		return metrics.ReasonMissing
+	case observation.Stale:
+		return metrics.ReasonStale
+	case observation.Invalid:
+		return metrics.ReasonInvalid
+	case observation.Usable:
+	}
+	return ""
+}
+
+// pools are the pools a call read, as the metrics count them: the time of
+// each report that read as one, and the most devices of each kind free on
+// one node once the call placed its replicas.
+func pools(s *summary) []metrics.Pool {
+	largest := map[[2]string]map[string]int64{}
+	if s.outcome.Plan != nil {
+		for _, c := range s.outcome.Plan.Capacity {
+			m := map[string]int64{}
+			for _, g := range c.Groups {
+				if g.Nodes <= 0 {
+					continue
+				}
+				for j, free := range g.Free {
+					m[c.Devices[j]] = max(m[c.Devices[j]], free)
+				}
+			}
+			largest[[2]string{c.Pool.Cluster, c.Pool.Pool}] = m
+		}
+	}
+	out := make([]metrics.Pool, 0, len(s.fleet.Pools))
+	for _, r := range s.fleet.Pools {
+		p := metrics.Pool{Cluster: r.Cluster, Pool: r.Pool, WholeNode: wholeNodeReason(r), Ready: r.ClusterReady, LargestFree: largest[[2]string{r.Cluster, r.Pool}]}
+		switch r.State {
+		case observation.Usable:
+			p.ObservedAt = r.ExpiresAt.Add(-s.maxAge)
+		case observation.Stale:
+			p.ObservedAt = s.now.Add(-r.Age)
+		case observation.Missing, observation.Invalid:
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// warnInvalid logs each invalid pool report the first time a call reads
+// it, and again only once its cluster has changed and it is still invalid.
+func (t *telemetry) warnInvalid(fl *fleet.Fleet) {
+	if fl == nil {
+		return
+	}
+	var versions map[string]string
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, r := range fl.Pools {
+		k := [2]string{r.Cluster, r.Pool}
+		if r.State != observation.Invalid {
+			delete(t.warned, k)
+			continue
+		}
+		if versions == nil {
+			versions = make(map[string]string, len(fl.Clusters))
+			for _, c := range fl.Clusters {
+				versions[c.Object.Metadata.Name] = c.Object.Metadata.ResourceVersion
+			}
+		}
+		v := versions[r.Cluster] + "\x00" + r.Defect
+		if t.warned[k] == v {
+			continue
+		}
+		if t.warned == nil {
+			t.warned = map[[2]string]string{}
+		}
+		t.warned[k] = v
+		t.logger().Info("Warning: invalid pool report, using whole-node accounting",
+			"cluster", r.Cluster, "pool", r.Pool, "resourceVersion", versions[r.Cluster], "defect", r.Defect)
+	}
+}
+
+// logLedger logs, at debug, what each pool had left once the call placed
+// its replicas.
+func (t *telemetry) logLedger(s *summary) {
+	if s.outcome.Plan == nil {
+		return
+	}
+	xr := s.xr.Metadata.Namespace + "/" + s.xr.Metadata.Name
+	for _, c := range s.outcome.Plan.Capacity {
+		groups := make([]string, 0, len(c.Groups))
+		for _, g := range c.Groups {
+			free := make([]string, len(g.Free))
+			for j, n := range g.Free {
+				free[j] = fmt.Sprintf("%s=%d", c.Devices[j], n)
+			}
+			groups = append(groups, fmt.Sprintf("%dx[%s]", g.Nodes, strings.Join(free, ",")))
+		}
+		t.logger().Debug("Pool ledger", "xr", xr, "cluster", c.Pool.Cluster, "pool", c.Pool.Pool,
+			"wholeNode", c.WholeNode, "saturated", c.Saturated, "free", strings.Join(groups, " "))
+	}
+}
+
+func (t *telemetry) logger() logging.Logger {
+	if t.log == nil {
+		return logging.NewNopLogger()
+	}
+	return t.log
+}
