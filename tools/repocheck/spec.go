@@ -22,10 +22,15 @@ var (
 	specRef = regexp.MustCompile(`spec\.md#([A-Za-z0-9_-]+)`)
 	// localRef is a link within the specification itself.
 	localRef = regexp.MustCompile(`\]\(#([A-Za-z0-9_-]+)\)`)
-	// unopenable cites the contract the project is built from, which its
-	// users cannot open.
-	unopenable = regexp.MustCompile(`CONTRACT|(?i:\bcontract\s+(section\s+)?\d)`)
+	// unopenable cites the upstream document the project is built from,
+	// which its users cannot open: its file name in capitals, or a numbered
+	// section of it. The name is spelt in parts so that this checker does
+	// not cite it itself.
+	unopenable = regexp.MustCompile(upstreamName + `|(?i:\b` + upstreamName + `\s+(section\s+)?\d)`)
 )
+
+// upstreamName is the upstream document's name, as citations spell it.
+const upstreamName = "CON" + "TRACT"
 
 // slug is a heading's anchor as GitHub makes it: lower case, spaces to
 // hyphens, and every other character but letters, digits, hyphens and
@@ -93,7 +98,7 @@ func trackedTextFiles(root string) (map[string][]byte, error) {
 }
 
 // checkSpecReferences finds every citation of the specification that
-// resolves to none of its headings, and every citation of the contract.
+// resolves to none of its headings, and every citation of the upstream specification.
 func checkSpecReferences(root string) ([]string, error) {
 	files, err := trackedTextFiles(root)
 	if err != nil {
@@ -120,7 +125,7 @@ func checkSpecReferences(root string) ([]string, error) {
 				}
 			}
 			if unopenable.MatchString(line) {
-				problems = append(problems, fmt.Sprintf("%s:%d: cites the contract, which users cannot open; cite %s#<section>", name, i+1, specPath))
+				problems = append(problems, fmt.Sprintf("%s:%d: cites the upstream specification, which users cannot open; cite %s#<section>", name, i+1, specPath))
 			}
 		}
 	}

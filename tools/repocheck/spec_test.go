@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -63,18 +64,18 @@ func TestCheckSpecReferences(t *testing.T) {
 				"docs/spec.md:3: cites docs/spec.md#filling, which is no heading of it",
 			},
 		},
-		"Contract": {
-			reason: "Citing the contract, which users cannot open, is named, in any form.",
+		"Upstream": {
+			reason: "Citing the upstream document, which users cannot open, is named, in any form.",
 			files: map[string]string{
 				"docs/spec.md": "# Spec\n",
-				"a.go":         "package a // CONTRACT 4.6\n",
-				"b.sh":         "# as contract 4.1 says\n",
-				"c.md":         "contract section 3\n",
+				"a.go":         "package a // " + upstreamName + " 4.6\n",
+				"b.sh":         "# as " + strings.ToLower(upstreamName) + " 4.1 says\n",
+				"c.md":         strings.ToLower(upstreamName) + " section 3\n",
 			},
 			want: []string{
-				"a.go:1: cites the contract, which users cannot open; cite docs/spec.md#<section>",
-				"b.sh:1: cites the contract, which users cannot open; cite docs/spec.md#<section>",
-				"c.md:1: cites the contract, which users cannot open; cite docs/spec.md#<section>",
+				"a.go:1: cites the upstream specification, which users cannot open; cite docs/spec.md#<section>",
+				"b.sh:1: cites the upstream specification, which users cannot open; cite docs/spec.md#<section>",
+				"c.md:1: cites the upstream specification, which users cannot open; cite docs/spec.md#<section>",
 			},
 		},
 		"NoSpec": {

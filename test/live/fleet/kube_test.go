@@ -18,27 +18,16 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
 )
 
-// eventually calls check until it returns nil, failing the test with its
-// last error once timeout has passed. It returns how long it waited.
+// eventually calls check every 100 ms until it returns nil, failing the
+// test with its last error once timeout has passed. It returns how long it
+// waited.
 func eventually(t *testing.T, timeout time.Duration, what string, check func() error) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for {
-		err := check()
-		if err == nil {
-			return time.Since(start)
-		}
-		if time.Since(start) > timeout {
-			t.Fatalf("not within %s: %s: %v", timeout, what, err)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatalf("%s: %v", what, t.Context().Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return harness.Eventually(t, timeout, 100*time.Millisecond, what, check)
 }
 
 // object returns an empty object of a kind, with a name.
