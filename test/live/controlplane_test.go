@@ -186,7 +186,7 @@ func (cp *controlPlane) startCrossplane(t *testing.T, kubeconfig, clientCerts st
 	t.Helper()
 	bin := filepath.Join(cp.root, "bin", "control-plane", "crossplane")
 	env := []string{"KUBECONFIG=" + kubeconfig, "POD_NAMESPACE=" + crossplaneNamespace}
-	cp.apply(t, object("v1", "Namespace", "", crossplaneNamespace))
+	cp.apply(t, harness.Object("v1", "Namespace", "", crossplaneNamespace))
 	// The environment Crossplane's Helm chart gives its init container.
 	initEnv := append([]string{
 		"CRDS_PATH=" + filepath.Join(os.Getenv(envCrossplane), "cluster", "crds"),
@@ -259,13 +259,13 @@ func (cp *controlPlane) pushPackage(t *testing.T) string {
 // to the function.
 func (cp *controlPlane) installFunction(t *testing.T, ref string, server, ca pki.KeyPair) {
 	t.Helper()
-	fn := object("pkg.crossplane.io/v1", "Function", "", functionName)
+	fn := harness.Object("pkg.crossplane.io/v1", "Function", "", functionName)
 	fn.Object["spec"] = map[string]any{"package": ref}
 	cp.apply(t, fn)
 
 	var rev *unstructured.Unstructured
 	eventually(t, 3*time.Minute, "a FunctionRevision of "+functionName, func() error {
-		revs := list(t, cp.kube, "pkg.crossplane.io/v1", "FunctionRevision", client.MatchingLabels{"pkg.crossplane.io/package": functionName})
+		revs := harness.List(t, cp.kube, "pkg.crossplane.io/v1", "FunctionRevision", client.MatchingLabels{"pkg.crossplane.io/package": functionName})
 		if len(revs) != 1 {
 			return fmt.Errorf("%d revisions", len(revs))
 		}
@@ -274,7 +274,7 @@ func (cp *controlPlane) installFunction(t *testing.T, ref string, server, ca pki
 	})
 	// The name the Deployment runtime gives it.
 	secretName := functionName + "-tls-server"
-	secret := object("v1", "Secret", crossplaneNamespace, secretName)
+	secret := harness.Object("v1", "Secret", crossplaneNamespace, secretName)
 	secret.Object["type"] = "kubernetes.io/tls"
 	secret.Object["stringData"] = map[string]any{"tls.crt": string(server.CertPEM), "tls.key": string(server.KeyPEM), "ca.crt": string(ca.CertPEM)}
 	cp.apply(t, secret)
@@ -289,19 +289,19 @@ func (cp *controlPlane) installFunction(t *testing.T, ref string, server, ca pki
 			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
 		}},
 	}
-	s := object(rev.GetAPIVersion(), rev.GetKind(), "", rev.GetName())
+	s := harness.Object(rev.GetAPIVersion(), rev.GetKind(), "", rev.GetName())
 	s.Object["status"] = status
 	eventually(t, time.Minute, "the revision's status set as its runtime's", func() error {
 		return cp.kube.Status().Apply(t.Context(), client.ApplyConfigurationFromUnstructured(s), client.FieldOwner("fleet-scheduler-live-runtime"), client.ForceOwnership)
 	})
 	eventually(t, 3*time.Minute, "Function "+functionName+" Installed and Healthy", func() error {
-		got := get(t, cp.kube, "pkg.crossplane.io/v1", "Function", "", functionName)
+		got := harness.Get(t, cp.kube, "pkg.crossplane.io/v1", "Function", "", functionName)
 		for _, c := range []string{"Installed", "Healthy"} {
 			if s := conditionStatus(got, c); s != "True" {
 				return fmt.Errorf("%s is %q: %s", c, s, conditionMessage(got, c))
 			}
 		}
-		r := get(t, cp.kube, "pkg.crossplane.io/v1", "FunctionRevision", "", rev.GetName())
+		r := harness.Get(t, cp.kube, "pkg.crossplane.io/v1", "FunctionRevision", "", rev.GetName())
 		if ep, _, _ := unstructured.NestedString(r.Object, "status", "endpoint"); !strings.HasSuffix(ep, cp.recorder.addr) {
 			return fmt.Errorf("the revision's endpoint is %q", ep)
 		}

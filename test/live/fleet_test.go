@@ -13,6 +13,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
 )
 
 const (
@@ -36,8 +38,8 @@ func readFleet(t *testing.T, root string) fleet {
 	t.Helper()
 	dir := filepath.Join(root, "example", "observed", "required-resources")
 	return fleet{
-		clusters: readObjects(t, filepath.Join(dir, "clusters.yaml")),
-		replicas: readObjects(t, filepath.Join(dir, "replicas.yaml")),
+		clusters: harness.ReadObjects(t, filepath.Join(dir, "clusters.yaml")),
+		replicas: harness.ReadObjects(t, filepath.Join(dir, "replicas.yaml")),
 	}
 }
 
@@ -203,7 +205,7 @@ func viewReplica(u unstructured.Unstructured) replica {
 // replicasOf reads the deployment's ModelReplicas, sorted by name.
 func (cp *controlPlane) replicasOf(t *testing.T, namespace, deployment string) []unstructured.Unstructured {
 	t.Helper()
-	items := list(t, cp.kube, apiVersion, "ModelReplica", client.InNamespace(namespace), client.MatchingLabels{"modelplane.ai/deployment": deployment})
+	items := harness.List(t, cp.kube, apiVersion, "ModelReplica", client.InNamespace(namespace), client.MatchingLabels{"modelplane.ai/deployment": deployment})
 	slices.SortFunc(items, func(a, b unstructured.Unstructured) int { return strings.Compare(a.GetName(), b.GetName()) })
 	return items
 }

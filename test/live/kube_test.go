@@ -1,12 +1,9 @@
 package live
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,45 +12,10 @@ import (
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
 )
-
-// object returns an empty object of a kind, with a name.
-func object(apiVersion, kind, namespace, name string) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetAPIVersion(apiVersion)
-	u.SetKind(kind)
-	u.SetNamespace(namespace)
-	u.SetName(name)
-	return u
-}
-
-// readObjects reads the objects of a YAML stream.
-func readObjects(t *testing.T, file string) []*unstructured.Unstructured {
-	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var objs []*unstructured.Unstructured
-	d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		err := d.Decode(&u.Object)
-		if errors.Is(err, io.EOF) {
-			return objs
-		}
-		if err != nil {
-			t.Fatalf("cannot decode %s: %v", file, err)
-		}
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
-	}
-}
 
 // apply creates an object, or merge-patches its metadata and spec if it
 // exists, then merge-patches its status, if it has one, through the status
@@ -83,7 +45,7 @@ func (cp *controlPlane) apply(t *testing.T, u *unstructured.Unstructured) {
 func (cp *controlPlane) applyStatus(t *testing.T, u *unstructured.Unstructured, status any) {
 	t.Helper()
 	patch := mustJSON(t, map[string]any{"status": status})
-	target := object(u.GetAPIVersion(), u.GetKind(), u.GetNamespace(), u.GetName())
+	target := harness.Object(u.GetAPIVersion(), u.GetKind(), u.GetNamespace(), u.GetName())
 	if err := cp.kube.Status().Patch(t.Context(), target, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		t.Fatalf("cannot patch the status of %s %s: %v", u.GetKind(), key(u), err)
 	}
@@ -98,32 +60,6 @@ func mustJSON(t *testing.T, v any) []byte {
 	return b
 }
 
-// get reads an object; nil when it does not exist.
-func get(t *testing.T, kube client.Client, apiVersion, kind, namespace, name string) *unstructured.Unstructured {
-	t.Helper()
-	u := object(apiVersion, kind, namespace, name)
-	err := kube.Get(t.Context(), types.NamespacedName{Namespace: namespace, Name: name}, u)
-	if kerrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		t.Fatalf("cannot get %s %s/%s: %v", kind, namespace, name, err)
-	}
-	return u
-}
-
-// list reads the objects of a kind.
-func list(t *testing.T, kube client.Client, apiVersion, kind string, opts ...client.ListOption) []unstructured.Unstructured {
-	t.Helper()
-	l := &unstructured.UnstructuredList{}
-	l.SetAPIVersion(apiVersion)
-	l.SetKind(kind + "List")
-	if err := kube.List(t.Context(), l, opts...); err != nil {
-		t.Fatalf("cannot list %s: %v", kind, err)
-	}
-	return l.Items
-}
-
 // eventually calls check until it returns nil, failing the test with its
 // last error once timeout has passed (harness.Eventually, every 250ms). It
 // returns how long it waited.
@@ -132,27 +68,13 @@ func eventually(t *testing.T, timeout time.Duration, what string, check func() e
 	return harness.Eventually(t, timeout, 250*time.Millisecond, what, check)
 }
 
-// condition returns an object's status condition of a type; nil when absent.
-func condition(u *unstructured.Unstructured, typ string) map[string]any {
-	if u == nil {
-		return nil
-	}
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, ok := c.(map[string]any); ok && m["type"] == typ {
-			return m
-		}
-	}
-	return nil
-}
-
 func conditionStatus(u *unstructured.Unstructured, typ string) string {
-	s, _ := condition(u, typ)["status"].(string)
+	s, _ := harness.Condition(u, typ)["status"].(string)
 	return s
 }
 
 func conditionMessage(u *unstructured.Unstructured, typ string) string {
-	s, _ := condition(u, typ)["message"].(string)
+	s, _ := harness.Condition(u, typ)["message"].(string)
 	return s
 }
 
@@ -176,10 +98,10 @@ func (cp *controlPlane) applyAll(t *testing.T, objs []*unstructured.Unstructured
 func (cp *controlPlane) installXRDs(t *testing.T, files ...string) {
 	t.Helper()
 	for _, f := range files {
-		for _, xrd := range readObjects(t, f) {
+		for _, xrd := range harness.ReadObjects(t, f) {
 			cp.apply(t, xrd)
 			eventually(t, 2*time.Minute, "XRD "+xrd.GetName()+" Established", func() error {
-				got := get(t, cp.kube, xrd.GetAPIVersion(), xrd.GetKind(), "", xrd.GetName())
+				got := harness.Get(t, cp.kube, xrd.GetAPIVersion(), xrd.GetKind(), "", xrd.GetName())
 				if s := conditionStatus(got, "Established"); s != "True" {
 					return fmt.Errorf("Established is %q: %s", s, conditionMessage(got, "Established"))
 				}
@@ -199,7 +121,7 @@ func (cp *controlPlane) installXRDs(t *testing.T, files ...string) {
 func (cp *controlPlane) waitSchemaHas(t *testing.T, crd, field string) {
 	t.Helper()
 	eventually(t, 2*time.Minute, "CRD "+crd+" has "+field, func() error {
-		got := get(t, cp.kube, "apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)
+		got := harness.Get(t, cp.kube, "apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)
 		if got == nil {
 			return errors.New("no such CRD")
 		}

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
 )
 
 const (
@@ -51,18 +53,18 @@ func TestModelDeploymentOnALiveControlPlane(t *testing.T) {
 		filepath.Join(xrds, "inferenceclusters.yaml"),
 		filepath.Join("testdata", "modelendpoints.yaml"),
 	)
-	cp.applyAll(t, readObjects(t, filepath.Join(cp.root, "example", "composition.yaml")))
+	cp.applyAll(t, harness.ReadObjects(t, filepath.Join(cp.root, "example", "composition.yaml")))
 	for _, ns := range []string{namespace, "search", "research"} {
-		cp.apply(t, object("v1", "Namespace", "", ns))
+		cp.apply(t, harness.Object("v1", "Namespace", "", ns))
 	}
 	fl := readFleet(t, cp.root)
 	cp.applyAll(t, asOf(t, fl.clusters, time.Now()))
 	cp.applyAll(t, asOf(t, fl.replicas, time.Now()))
-	xr := readObjects(t, filepath.Join(cp.root, "example", "xr.yaml"))[0]
+	xr := harness.ReadObjects(t, filepath.Join(cp.root, "example", "xr.yaml"))[0]
 
 	// Each step starts from where the one before left the fleet.
 	if !t.Run("Modelplane v0.3's InferenceCluster XRD prunes the agent's reports, so whole nodes place 3 of 4 replicas", func(t *testing.T) {
-		for _, c := range list(t, cp.kube, apiVersion, "InferenceCluster") {
+		for _, c := range harness.List(t, cp.kube, apiVersion, "InferenceCluster") {
 			if got := agentFields(&c); len(got) > 0 {
 				t.Errorf("the API server kept agent fields v0.3's XRD has no schema for: %v", got)
 			}
@@ -97,7 +99,7 @@ func TestModelDeploymentOnALiveControlPlane(t *testing.T) {
 		// agents write their reports again, as they do every report.
 		eventually(t, time.Minute, "the agents' reports kept by the API server", func() error {
 			cp.applyAll(t, asOf(t, fl.clusters, time.Now()))
-			for _, c := range list(t, cp.kube, apiVersion, "InferenceCluster") {
+			for _, c := range harness.List(t, cp.kube, apiVersion, "InferenceCluster") {
 				if got := agentFields(&c); len(got) != 3*pools(&c) {
 					return fmt.Errorf("InferenceCluster %s read back with agent fields %v, want all three on every pool", c.GetName(), got)
 				}
@@ -252,7 +254,7 @@ func only(uids map[string]string, names ...string) map[string]string {
 // as `kubectl scale` and autoscalers do.
 func (cp *controlPlane) scale(t *testing.T, replicas int) {
 	t.Helper()
-	xr := object(apiVersion, "ModelDeployment", namespace, deployment)
+	xr := harness.Object(apiVersion, "ModelDeployment", namespace, deployment)
 	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas)
 	if err := cp.kube.SubResource("scale").Patch(t.Context(), xr, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		t.Fatalf("cannot scale ModelDeployment %s/%s to %d: %v", namespace, deployment, replicas, err)
@@ -263,7 +265,7 @@ func (cp *controlPlane) scale(t *testing.T, replicas int) {
 // once the replica serves.
 func (cp *controlPlane) setReady(t *testing.T, name string) {
 	t.Helper()
-	u := object(apiVersion, "ModelReplica", namespace, name)
+	u := harness.Object(apiVersion, "ModelReplica", namespace, name)
 	cp.applyStatus(t, u, map[string]any{"conditions": []any{map[string]any{
 		"type": "Ready", "status": "True", "reason": "Available",
 		"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
@@ -272,7 +274,7 @@ func (cp *controlPlane) setReady(t *testing.T, name string) {
 
 func (cp *controlPlane) xr(t *testing.T) *unstructured.Unstructured {
 	t.Helper()
-	return get(t, cp.kube, apiVersion, "ModelDeployment", namespace, deployment)
+	return harness.Get(t, cp.kube, apiVersion, "ModelDeployment", namespace, deployment)
 }
 
 // composedUIDs returns the uids of the deployment's ModelReplicas and
@@ -281,7 +283,7 @@ func (cp *controlPlane) composedUIDs(t *testing.T) map[string]string {
 	t.Helper()
 	m := map[string]string{}
 	for _, kind := range []string{"ModelReplica", "ModelEndpoint"} {
-		for _, u := range list(t, cp.kube, apiVersion, kind, client.InNamespace(namespace)) {
+		for _, u := range harness.List(t, cp.kube, apiVersion, kind, client.InNamespace(namespace)) {
 			if u.GetDeletionTimestamp() != nil {
 				continue // being deleted: not kept
 			}
@@ -328,7 +330,7 @@ func (cp *controlPlane) waitEndpoints(t *testing.T, timeout time.Duration, want 
 	t.Helper()
 	return eventually(t, timeout, fmt.Sprintf("%d ModelEndpoints", len(want)), func() error {
 		var got []endpointView
-		for _, u := range list(t, cp.kube, apiVersion, "ModelEndpoint", client.InNamespace(namespace), client.MatchingLabels{"modelplane.ai/deployment": deployment}) {
+		for _, u := range harness.List(t, cp.kube, apiVersion, "ModelEndpoint", client.InNamespace(namespace), client.MatchingLabels{"modelplane.ai/deployment": deployment}) {
 			e := endpointView{Name: u.GetName(), Labels: map[string]string{}}
 			e.URL, _, _ = unstructured.NestedString(u.Object, "spec", "url")
 			e.RewritePath, _, _ = unstructured.NestedString(u.Object, "spec", "rewritePath")
@@ -364,7 +366,7 @@ func (cp *controlPlane) waitXR(t *testing.T, timeout time.Duration, want xrWant)
 		x := cp.xr(t)
 		var problems []string
 		for typ, w := range want.conditions {
-			c := condition(x, typ)
+			c := harness.Condition(x, typ)
 			if c == nil {
 				problems = append(problems, typ+" absent")
 				continue
@@ -388,7 +390,7 @@ func (cp *controlPlane) waitXR(t *testing.T, timeout time.Duration, want xrWant)
 
 func transitionTime(t *testing.T, u *unstructured.Unstructured, typ string) time.Time {
 	t.Helper()
-	s, _ := condition(u, typ)["lastTransitionTime"].(string)
+	s, _ := harness.Condition(u, typ)["lastTransitionTime"].(string)
 	at, err := time.Parse(time.RFC3339, s)
 	if err != nil {
 		t.Fatalf("%s lastTransitionTime %q: %v", typ, s, err)

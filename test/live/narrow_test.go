@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
 )
 
 // labelCounted is the label the function composes every ModelReplica with
@@ -122,7 +124,7 @@ func (cp *controlPlane) poker(t *testing.T) func() {
 			return
 		}
 		last = time.Now()
-		xr := object(apiVersion, "ModelDeployment", namespace, deployment)
+		xr := harness.Object(apiVersion, "ModelDeployment", namespace, deployment)
 		patch := fmt.Appendf(nil, `{"metadata":{"annotations":{"test.fleet-scheduler/poked":%q}}}`, last.Format(time.RFC3339Nano))
 		if err := cp.kube.Patch(t.Context(), xr, client.RawPatch(types.MergePatchType, patch)); err != nil {
 			t.Fatalf("cannot annotate ModelDeployment %s/%s: %v", namespace, deployment, err)

@@ -43,13 +43,13 @@ func TestNarrowCostsOnALiveControlPlane(t *testing.T) {
 		filepath.Join(cp.root, "deploy", "inferenceclusters.yaml"),
 		filepath.Join("testdata", "modelendpoints.yaml"),
 	)
-	cp.applyAll(t, readObjects(t, filepath.Join(cp.root, "example", "composition.yaml")))
+	cp.applyAll(t, harness.ReadObjects(t, filepath.Join(cp.root, "example", "composition.yaml")))
 	for _, ns := range []string{namespace, "search", "research", "team"} {
-		cp.apply(t, object("v1", "Namespace", "", ns))
+		cp.apply(t, harness.Object("v1", "Namespace", "", ns))
 	}
 	fl := readFleet(t, cp.root)
 	cp.applyAll(t, asOf(t, fl.clusters, time.Now()))
-	xr := readObjects(t, filepath.Join(cp.root, "example", "xr.yaml"))[0]
+	xr := harness.ReadObjects(t, filepath.Join(cp.root, "example", "xr.yaml"))[0]
 	cp.apply(t, xr)
 	cp.waitXR(t, converge, xrWant{total: 4})
 
@@ -119,7 +119,7 @@ func fl0Template(t *testing.T, cp *controlPlane) map[string]any {
 // embed-bge-m3's are, in namespace team, of deployment other-<i/10>.
 func pausedReplica(spec map[string]any, i int) (*unstructured.Unstructured, map[string]any) {
 	name := fmt.Sprintf("other-%05d-%05d", i/10, i)
-	r := object(apiVersion, "ModelReplica", "team", name)
+	r := harness.Object(apiVersion, "ModelReplica", "team", name)
 	r.SetAnnotations(map[string]string{"crossplane.io/paused": "true"})
 	counted := i%200 != 199
 	r.SetLabels(map[string]string{

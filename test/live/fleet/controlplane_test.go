@@ -90,7 +90,7 @@ func startFleet(t *testing.T) *fleet {
 		// propagation; only the garbage collector finishes that.
 		"--controllers=garbage-collector-controller", "--leader-elect=false", "--secure-port=0")
 	for _, ns := range []string{crossplaneNamespace, systemNamespace} {
-		apply(t, f.cp.c, object("v1", "Namespace", "", ns))
+		apply(t, f.cp.c, harness.Object("v1", "Namespace", "", ns))
 	}
 
 	f.ca = pki.NewCA(t, "live-fleet-functions-ca")
@@ -189,7 +189,7 @@ func (f *fleet) startProvider(t *testing.T, kubeconfig string) {
 		t.Fatalf("no CRDs of provider-kubernetes in %s: %v", os.Getenv(envProvider), err)
 	}
 	for _, file := range crds {
-		for _, crd := range readObjects(t, file) {
+		for _, crd := range harness.ReadObjects(t, file) {
 			// The cluster-scoped Object converts between its versions
 			// through the provider's webhook, whose Service Crossplane's
 			// package manager fills in. Nothing here uses that kind:
@@ -201,7 +201,7 @@ func (f *fleet) startProvider(t *testing.T, kubeconfig string) {
 		}
 	}
 	for _, file := range crds {
-		for _, crd := range readObjects(t, file) {
+		for _, crd := range harness.ReadObjects(t, file) {
 			f.waitEstablished(t, crd.GetName())
 		}
 	}
@@ -219,7 +219,7 @@ func (f *fleet) startProvider(t *testing.T, kubeconfig string) {
 func (f *fleet) waitEstablished(t *testing.T, name string) {
 	t.Helper()
 	eventually(t, 2*time.Minute, "CRD "+name+" Established", func() error {
-		crd := get(t, f.cp.c, "apiextensions.k8s.io/v1", "CustomResourceDefinition", "", name)
+		crd := harness.Get(t, f.cp.c, "apiextensions.k8s.io/v1", "CustomResourceDefinition", "", name)
 		if conditionString(crd, "Established", "status") != "True" {
 			return fmt.Errorf("%s", describe(crd, "Established"))
 		}
@@ -246,12 +246,12 @@ func (f *fleet) startFunction(t *testing.T, name, bin, xpkg string, args ...stri
 
 	ref := f.registry + "/modelplane/" + name + ":v0.1.0"
 	testenv.PushPackage(t, filepath.Join(f.root, "bin", "crossplane"), ref, xpkg)
-	pkg := object("pkg.crossplane.io/v1", "Function", "", name)
+	pkg := harness.Object("pkg.crossplane.io/v1", "Function", "", name)
 	pkg.Object["spec"] = map[string]any{"package": ref}
 	apply(t, f.cp.c, pkg)
 	var rev unstructured.Unstructured
 	eventually(t, 3*time.Minute, "a FunctionRevision of "+name, func() error {
-		revs := list(t, f.cp.c, "pkg.crossplane.io/v1", "FunctionRevision", client.MatchingLabels{"pkg.crossplane.io/package": name})
+		revs := harness.List(t, f.cp.c, "pkg.crossplane.io/v1", "FunctionRevision", client.MatchingLabels{"pkg.crossplane.io/package": name})
 		if len(revs) != 1 {
 			return fmt.Errorf("%d revisions", len(revs))
 		}
@@ -268,7 +268,7 @@ func (f *fleet) startFunction(t *testing.T, name, bin, xpkg string, args ...stri
 	}
 	// Server-side applied as a field manager of its own: conditions are a
 	// map by type, so Crossplane's stay as they are.
-	s := object(rev.GetAPIVersion(), rev.GetKind(), "", rev.GetName())
+	s := harness.Object(rev.GetAPIVersion(), rev.GetKind(), "", rev.GetName())
 	s.Object["status"] = map[string]any{
 		"endpoint":            "dns:///" + fn.addr,
 		"tlsServerSecretName": secret.Name,
@@ -281,7 +281,7 @@ func (f *fleet) startFunction(t *testing.T, name, bin, xpkg string, args ...stri
 		return f.cp.c.Status().Apply(t.Context(), client.ApplyConfigurationFromUnstructured(s), client.FieldOwner("live-fleet-runtime"), client.ForceOwnership)
 	})
 	eventually(t, 3*time.Minute, "Function "+name+" Installed and Healthy", func() error {
-		got := get(t, f.cp.c, "pkg.crossplane.io/v1", "Function", "", name)
+		got := harness.Get(t, f.cp.c, "pkg.crossplane.io/v1", "Function", "", name)
 		for _, c := range []string{"Installed", "Healthy"} {
 			if conditionString(got, c, "status") != "True" {
 				return fmt.Errorf("%s", describe(got, c))
@@ -306,10 +306,10 @@ func (f *fleet) installModelplane(t *testing.T) {
 		filepath.Join(f.root, "deploy", "inferenceclusters.yaml"),
 		filepath.Join(f.root, "test", "live", "testdata", "modelendpoints.yaml"),
 	} {
-		for _, xrd := range readObjects(t, file) {
+		for _, xrd := range harness.ReadObjects(t, file) {
 			apply(t, f.cp.c, xrd)
 			eventually(t, 2*time.Minute, "XRD "+xrd.GetName()+" Established", func() error {
-				got := get(t, f.cp.c, xrd.GetAPIVersion(), xrd.GetKind(), "", xrd.GetName())
+				got := harness.Get(t, f.cp.c, xrd.GetAPIVersion(), xrd.GetKind(), "", xrd.GetName())
 				if conditionString(got, "Established", "status") != "True" {
 					return fmt.Errorf("%s", describe(got, "Established"))
 				}
@@ -317,7 +317,7 @@ func (f *fleet) installModelplane(t *testing.T) {
 			})
 		}
 	}
-	for _, c := range readObjects(t, filepath.Join(f.root, "example", "composition.yaml")) {
+	for _, c := range harness.ReadObjects(t, filepath.Join(f.root, "example", "composition.yaml")) {
 		// Re-placing after 45s rather than 15m, and a binding the
 		// default profile mispredicts (see TestLiveFleet).
 		steps, _, _ := unstructured.NestedSlice(c.Object, "spec", "pipeline")
@@ -330,12 +330,12 @@ func (f *fleet) installModelplane(t *testing.T) {
 		apply(t, f.cp.c, c)
 	}
 	for _, file := range []string{"inferenceclusters-composition.yaml", "modelreplicas-composition.yaml"} {
-		for _, c := range readObjects(t, filepath.Join(f.root, "deploy", "relay", file)) {
+		for _, c := range harness.ReadObjects(t, filepath.Join(f.root, "deploy", "relay", file)) {
 			f.standIn(t, c)
 			apply(t, f.cp.c, c)
 		}
 	}
-	apply(t, f.cp.c, object("v1", "Namespace", "", namespace))
+	apply(t, f.cp.c, harness.Object("v1", "Namespace", "", namespace))
 }
 
 // standIn has a Composition's Modelplane steps call the stand-in, with its
@@ -363,7 +363,7 @@ func (f *fleet) standIn(t *testing.T, c *unstructured.Unstructured) {
 // inferenceCluster reads an InferenceCluster.
 func (f *fleet) inferenceCluster(t *testing.T, name string) *unstructured.Unstructured {
 	t.Helper()
-	return get(t, f.cp.c, apiVersion, "InferenceCluster", "", name)
+	return harness.Get(t, f.cp.c, apiVersion, "InferenceCluster", "", name)
 }
 
 // dump writes the control plane's and the workload clusters' objects to

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/modelplaneai/fleet-scheduler/internal/composereplica"
+	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
 )
 
 const (
@@ -89,7 +90,7 @@ func deployment(name, cluster, product string, replicas, gpus int64) *unstructur
 // scale sets a ModelDeployment's replicas through its scale subresource.
 func (f *fleet) scale(t *testing.T, name string, replicas int) {
 	t.Helper()
-	xr := object(apiVersion, "ModelDeployment", namespace, name)
+	xr := harness.Object(apiVersion, "ModelDeployment", namespace, name)
 	if err := f.cp.c.SubResource("scale").Patch(t.Context(), xr, client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas))); err != nil {
 		t.Fatalf("cannot scale ModelDeployment %s to %d: %v", name, replicas, err)
 	}
@@ -102,7 +103,7 @@ type placed struct{ name, cluster, pool string }
 func (f *fleet) replicas(t *testing.T, deployment string) []*unstructured.Unstructured {
 	t.Helper()
 	var out []*unstructured.Unstructured
-	for _, u := range list(t, f.cp.c, apiVersion, "ModelReplica", client.InNamespace(namespace), client.MatchingLabels{"modelplane.ai/deployment": deployment}) {
+	for _, u := range harness.List(t, f.cp.c, apiVersion, "ModelReplica", client.InNamespace(namespace), client.MatchingLabels{"modelplane.ai/deployment": deployment}) {
 		if u.GetDeletionTimestamp() == nil {
 			out = append(out, u.DeepCopy())
 		}
@@ -150,7 +151,7 @@ func (f *fleet) waitPlaced(t *testing.T, deployment string, n int, cluster, pool
 
 func (f *fleet) xr(t *testing.T, name string) *unstructured.Unstructured {
 	t.Helper()
-	return get(t, f.cp.c, apiVersion, "ModelDeployment", namespace, name)
+	return harness.Get(t, f.cp.c, apiVersion, "ModelDeployment", namespace, name)
 }
 
 // pods are a replica's engine pods in its workload cluster: v0.3's, by
@@ -209,7 +210,7 @@ func (f *fleet) waitPodsScheduled(t *testing.T, status string, replicas []*unstr
 	t.Helper()
 	eventually(t, timeout, fmt.Sprintf("PodsScheduled %s on %d replicas", status, len(replicas)), func() error {
 		for _, r := range replicas {
-			got := get(t, f.cp.c, apiVersion, "ModelReplica", namespace, r.GetName())
+			got := harness.Get(t, f.cp.c, apiVersion, "ModelReplica", namespace, r.GetName())
 			if s := conditionString(got, "PodsScheduled", "status"); s != status {
 				return fmt.Errorf("replica %s: %s", r.GetName(), describe(got, "PodsScheduled"))
 			}
@@ -220,9 +221,9 @@ func (f *fleet) waitPodsScheduled(t *testing.T, status string, replicas []*unstr
 		return
 	}
 	for _, r := range replicas {
-		got := get(t, f.cp.c, apiVersion, "ModelReplica", namespace, r.GetName())
+		got := harness.Get(t, f.cp.c, apiVersion, "ModelReplica", namespace, r.GetName())
 		cluster := where(got).cluster
-		ro := get(t, f.clusters[cluster].api.c, agentAPIVersion, "ReplicaObservation", composereplica.Namespace, r.GetName())
+		ro := harness.Get(t, f.clusters[cluster].api.c, agentAPIVersion, "ReplicaObservation", composereplica.Namespace, r.GetName())
 		if relayed, agent := conditionTime(got, "PodsScheduled"), conditionTime(ro, "PodsScheduled"); relayed.Before(agent) {
 			t.Errorf("replica %s: PodsScheduled True since %s, before the agent saw its pods bound at %s", r.GetName(), relayed, agent)
 		}
@@ -305,7 +306,7 @@ func sameHistogram(a, b map[int64]int64) bool {
 func (w *workload) waitPoolObservation(t *testing.T, pool string, want map[int64]int64, timeout time.Duration) time.Time {
 	t.Helper()
 	eventually(t, timeout, fmt.Sprintf("PoolObservation %s of %s reporting %v", pool, w.spec.name, want), func() error {
-		po := get(t, w.api.c, agentAPIVersion, "PoolObservation", "", pool)
+		po := harness.Get(t, w.api.c, agentAPIVersion, "PoolObservation", "", pool)
 		if po == nil {
 			return errors.New("no PoolObservation")
 		}
@@ -433,7 +434,7 @@ func fourOnOne(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t
 			return err
 		}
 		for _, r := range rs {
-			if lt := conditionTime(get(t, f.cp.c, apiVersion, "ModelReplica", namespace, r.GetName()), "PodsScheduled"); !lt.Before(observedAt) {
+			if lt := conditionTime(harness.Get(t, f.cp.c, apiVersion, "ModelReplica", namespace, r.GetName()), "PodsScheduled"); !lt.Before(observedAt) {
 				return fmt.Errorf("replica %s scheduled at %s, observedAt %s", r.GetName(), lt, observedAt)
 			}
 		}
@@ -499,7 +500,7 @@ func agentStops(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by 
 	w.agent.Stop(t)
 	stoppedAt := time.Now().Add(-6 * time.Minute).UTC().Truncate(time.Second).Format(time.RFC3339)
 	for _, p := range w.spec.pools {
-		patchStatus(t, w.api.c, object(agentAPIVersion, "PoolObservation", "", p.name), map[string]any{"observedAt": stoppedAt})
+		patchStatus(t, w.api.c, harness.Object(agentAPIVersion, "PoolObservation", "", p.name), map[string]any{"observedAt": stoppedAt})
 	}
 	eventually(t, settle, "the backdated reports on InferenceCluster alpha", func() error {
 		if got := fmt.Sprint(f.poolReport(t, "alpha", "quad")["observedAt"]); got != stoppedAt {

@@ -1,12 +1,9 @@
 package fleet
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"testing"
@@ -15,7 +12,6 @@ import (
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -28,40 +24,6 @@ import (
 func eventually(t *testing.T, timeout time.Duration, what string, check func() error) time.Duration {
 	t.Helper()
 	return harness.Eventually(t, timeout, 100*time.Millisecond, what, check)
-}
-
-// object returns an empty object of a kind, with a name.
-func object(apiVersion, kind, namespace, name string) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetAPIVersion(apiVersion)
-	u.SetKind(kind)
-	u.SetNamespace(namespace)
-	u.SetName(name)
-	return u
-}
-
-// readObjects reads the objects of a YAML stream.
-func readObjects(t *testing.T, file string) []*unstructured.Unstructured {
-	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var objs []*unstructured.Unstructured
-	d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		err := d.Decode(&u.Object)
-		if errors.Is(err, io.EOF) {
-			return objs
-		}
-		if err != nil {
-			t.Fatalf("cannot decode %s: %v", file, err)
-		}
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
-	}
 }
 
 // apply creates an object, or merge-patches it if it exists, then
@@ -86,7 +48,7 @@ func apply(t *testing.T, c client.Client, u *unstructured.Unstructured) {
 // patchStatus merge-patches an object's status.
 func patchStatus(t *testing.T, c client.Client, u *unstructured.Unstructured, status any) {
 	t.Helper()
-	target := object(u.GetAPIVersion(), u.GetKind(), u.GetNamespace(), u.GetName())
+	target := harness.Object(u.GetAPIVersion(), u.GetKind(), u.GetNamespace(), u.GetName())
 	if err := c.Status().Patch(t.Context(), target, client.RawPatch(types.MergePatchType, mustJSON(t, map[string]any{"status": status}))); err != nil {
 		t.Fatalf("cannot patch the status of %s %s: %v", u.GetKind(), key(u), err)
 	}
@@ -101,48 +63,8 @@ func mustJSON(t *testing.T, v any) []byte {
 	return b
 }
 
-// get reads an object; nil when it does not exist.
-func get(t *testing.T, c client.Client, apiVersion, kind, namespace, name string) *unstructured.Unstructured {
-	t.Helper()
-	u := object(apiVersion, kind, namespace, name)
-	err := c.Get(t.Context(), types.NamespacedName{Namespace: namespace, Name: name}, u)
-	if kerrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		t.Fatalf("cannot get %s %s/%s: %v", kind, namespace, name, err)
-	}
-	return u
-}
-
-// list reads the objects of a kind.
-func list(t *testing.T, c client.Client, apiVersion, kind string, opts ...client.ListOption) []unstructured.Unstructured {
-	t.Helper()
-	l := &unstructured.UnstructuredList{}
-	l.SetAPIVersion(apiVersion)
-	l.SetKind(kind + "List")
-	if err := c.List(t.Context(), l, opts...); err != nil {
-		t.Fatalf("cannot list %s: %v", kind, err)
-	}
-	return l.Items
-}
-
-// condition is an object's status condition of a type; nil when absent.
-func condition(u *unstructured.Unstructured, typ string) map[string]any {
-	if u == nil {
-		return nil
-	}
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, ok := c.(map[string]any); ok && m["type"] == typ {
-			return m
-		}
-	}
-	return nil
-}
-
 func conditionString(u *unstructured.Unstructured, typ, field string) string {
-	s, _ := condition(u, typ)[field].(string)
+	s, _ := harness.Condition(u, typ)[field].(string)
 	return s
 }
 
@@ -155,7 +77,7 @@ func conditionTime(u *unstructured.Unstructured, typ string) time.Time {
 
 // describe is a condition as a line: status reason: message.
 func describe(u *unstructured.Unstructured, typ string) string {
-	c := condition(u, typ)
+	c := harness.Condition(u, typ)
 	if c == nil {
 		return typ + " absent"
 	}
