@@ -318,7 +318,7 @@ func (f *fleet) installModelplane(t *testing.T) {
 		}
 	}
 	for _, c := range harness.ReadObjects(t, filepath.Join(f.root, "example", "composition.yaml")) {
-		// Re-placing after 45s rather than 15m, and a binding the
+		// Re-placing after 1m rather than 15m, and a binding the
 		// default profile mispredicts (see TestLiveFleet).
 		steps, _, _ := unstructured.NestedSlice(c.Object, "spec", "pipeline")
 		input := steps[0].(map[string]any)["input"].(map[string]any)

@@ -23,8 +23,9 @@ const (
 	// namespace holds the test's ModelDeployments.
 	namespace = "fleet"
 	// replaceAfter is the ModelDeployment Composition's
-	// replaceUnscheduledAfter: 45s rather than 15m.
-	replaceAfter = 45 * time.Second
+	// replaceUnscheduledAfter: 1m, the least the function accepts
+	// (docs/spec.md#function-input), rather than 15m.
+	replaceAfter = time.Minute
 	// settle is how long Crossplane, provider-kubernetes, the
 	// controllers, kube-scheduler and the agent get to act on a change
 	// they watch.
