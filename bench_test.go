@@ -108,7 +108,7 @@ func BenchmarkRunFunction(b *testing.B) {
 			if warm {
 				name = fmt.Sprintf("replicas=%d/cache=warm", n)
 			}
-			b.Run(name, func(b *testing.B) { benchServe(b, request, n, warm, false) })
+			b.Run(name, func(b *testing.B) { benchServe(b, request, n, benchRow{warm: warm}) })
 		}
 	}
 	for _, n := range []int{10_000, 50_000, 100_000} {
@@ -130,15 +130,71 @@ func BenchmarkRunFunction(b *testing.B) {
 				if narrow {
 					name = fmt.Sprintf("replicas=%d/uncounted=%.1f%%/request=narrow", n, 100/float64(every))
 				}
-				b.Run(name, func(b *testing.B) { benchServe(b, request, n, true, narrow) })
+				b.Run(name, func(b *testing.B) { benchServe(b, request, n, benchRow{warm: true, narrow: narrow}) })
 			}
 		}
 	}
 }
 
-// benchServe is one row of BenchmarkRunFunction: n replicas, a warm or a
-// cold server, a whole fleet or a narrow one.
-func benchServe(b *testing.B, request func() ([]byte, error), n int, warm, narrow bool) {
+// BenchmarkTelemetry is what telling on-call costs
+// (docs/operations.md#cost): BenchmarkRunFunction's warm call of 10,000
+// replicas on two servers, one with the telemetry of a server with
+// --metrics-address (its log line, its metrics, and the pools' capacity
+// they read) and one with none, called in turn in one process, which goes
+// first alternating, so that a shared machine's drift and the collector's
+// debt fall on both alike. told/untold is the ratio of their CPU time.
+func BenchmarkTelemetry(b *testing.B) {
+	clusters, replicas := benchFleet(10_000)
+	wire, err := proto.Marshal(fleetRequest(benchDeployment(), clusters, replicas, nil))
+	if err != nil {
+		b.Fatal(err)
+	}
+	frames := inFrames(wire)
+	untold, told := newBenchServer(), newBenchServer()
+	untold.fn.tel = nil
+	servers := [2]*benchServer{untold, told}
+	for _, s := range servers {
+		rsp, err := s.serve(frames)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if got := composedReplicas(rsp); got != benchNewReplicas {
+			b.Fatalf("placed %d replicas, want %d (it asks for %v)", got, benchNewReplicas, askedFor(rsp))
+		}
+	}
+	var took [2]time.Duration
+	var allocated [2]uint64
+	var before, after runtime.MemStats
+	calls := 0
+	for b.Loop() {
+		for k := range 2 {
+			i := (calls + k) % 2
+			runtime.ReadMemStats(&before)
+			cpu := cpuTime()
+			if _, err := servers[i].serve(frames); err != nil {
+				b.Fatal(err)
+			}
+			took[i] += cpuTime() - cpu
+			runtime.ReadMemStats(&after)
+			allocated[i] += after.TotalAlloc - before.TotalAlloc
+		}
+		calls++
+	}
+	b.ReportMetric(float64(took[0])/float64(calls), "untold-cpu-ns/call")
+	b.ReportMetric(float64(took[1])/float64(calls), "told-cpu-ns/call")
+	b.ReportMetric(float64(took[1])/float64(took[0]), "told/untold")
+	b.ReportMetric(float64(allocated[0])/float64(calls), "untold-B/call")
+	b.ReportMetric(float64(allocated[1])/float64(calls), "told-B/call")
+}
+
+// benchRow is how a row of the benchmarks serves: a warm server keeps its
+// caches across calls; a narrow one has read the labelled fleet whole.
+type benchRow struct {
+	warm, narrow bool
+}
+
+// benchServe is one row of the benchmarks: n replicas, served as row says.
+func benchServe(b *testing.B, request func() ([]byte, error), n int, row benchRow) {
 	b.Helper()
 	wire, err := request()
 	if err != nil {
@@ -147,7 +203,7 @@ func benchServe(b *testing.B, request func() ([]byte, error), n int, warm, narro
 	frames := inFrames(wire)
 	newServer := func() *benchServer {
 		s := newBenchServer()
-		if narrow {
+		if row.narrow {
 			// A server that read the labelled fleet whole a minute ago.
 			s.fn.narrowing = plan.NewNarrowing(plan.DefaultFullEvery)
 			s.fn.narrowing.ReadWhole("uid-bench", 0, 0, benchNow.Add(-time.Minute))
@@ -157,7 +213,7 @@ func benchServe(b *testing.B, request func() ([]byte, error), n int, warm, narro
 	}
 	f := newServer()
 	serve := func() (*fnv1.RunFunctionResponse, error) {
-		if !warm {
+		if !row.warm {
 			f = newServer()
 		}
 		return f.serve(frames)

@@ -105,7 +105,7 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, rsp *f
 	}
 	outcome, err := f.planner.Plan(ctx, plan.Call{
 		Deployment: xr, Settings: settings, CacheUnresolved: required.cache.unresolved(),
-		Clusters: fl.Clusters, Replicas: fl.Replicas, Now: now, Shown: fl,
+		Clusters: fl.Clusters, Replicas: fl.Replicas, Now: now, Shown: fl, Capacity: f.tel.capacity(),
 	})
 	if err != nil {
 		return err

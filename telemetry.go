@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"iter"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/metrics"
 	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/observation"
+	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
 // telemetry is what a server tells on-call of its calls
@@ -115,7 +117,7 @@ func (t *telemetry) called(s *summary, rsp *fnv1.RunFunctionResponse, err error,
 			rec.Deployment = s.xr.Metadata.Namespace + "/" + s.xr.Metadata.Name
 			rec.Unplaced, rec.Replaced = n.unplaced, n.replaced
 			if t.metrics != nil {
-				rec.Pools = pools(s)
+				rec.Pools, rec.Free = pools(s), free(s)
 			}
 		}
 	}
@@ -212,38 +214,44 @@ func wholeNodeReason(r observation.PoolReport) string {
 	return ""
 }
 
-// pools are the pools a call read, as the metrics count them: the time of
-// each report that read as one, and the most devices of each kind free on
-// one node once the call placed its replicas.
-func pools(s *summary) []metrics.Pool {
-	largest := map[[2]string]map[string]int64{}
-	if s.outcome.Plan != nil {
-		for _, c := range s.outcome.Plan.Capacity {
-			m := map[string]int64{}
-			for _, g := range c.Groups {
-				if g.Nodes <= 0 {
-					continue
-				}
-				for j, free := range g.Free {
-					m[c.Devices[j]] = max(m[c.Devices[j]], free)
-				}
+// pools are the pools a call read, as the metrics count them, with the
+// time of each report that read as one.
+func pools(s *summary) iter.Seq[metrics.Pool] {
+	return func(yield func(metrics.Pool) bool) {
+		for _, r := range s.fleet.Pools {
+			if !yield(poolOf(s, r)) {
+				return
 			}
-			largest[[2]string{c.Pool.Cluster, c.Pool.Pool}] = m
 		}
 	}
-	out := make([]metrics.Pool, 0, len(s.fleet.Pools))
-	for _, r := range s.fleet.Pools {
-		p := metrics.Pool{Cluster: r.Cluster, Pool: r.Pool, WholeNode: wholeNodeReason(r), Ready: r.ClusterReady, LargestFree: largest[[2]string{r.Cluster, r.Pool}]}
-		switch r.State {
-		case observation.Usable:
-			p.ObservedAt = r.ExpiresAt.Add(-s.maxAge)
-		case observation.Stale:
-			p.ObservedAt = s.now.Add(-r.Age)
-		case observation.Missing, observation.Invalid:
-		}
-		out = append(out, p)
+}
+
+func poolOf(s *summary, r observation.PoolReport) metrics.Pool {
+	p := metrics.Pool{Cluster: r.Cluster, Pool: r.Pool, WholeNode: wholeNodeReason(r), Ready: r.ClusterReady}
+	switch r.State {
+	case observation.Usable:
+		p.ObservedAt = r.ExpiresAt.Add(-s.maxAge)
+	case observation.Stale:
+		p.ObservedAt = s.now.Add(-r.Age)
+	case observation.Missing, observation.Invalid:
 	}
-	return out
+	return p
+}
+
+// free is, of each pool the call built a ledger of, the most devices of
+// each kind free on one node once it placed its replicas, summed by GPU
+// model only when the metrics are scraped.
+func free(s *summary) iter.Seq[metrics.PoolFree] {
+	if s.outcome.Plan == nil || len(s.outcome.Plan.Capacity) == 0 {
+		return nil
+	}
+	return func(yield func(metrics.PoolFree) bool) {
+		for _, c := range s.outcome.Plan.Capacity {
+			if !yield(metrics.PoolFree{Cluster: c.Pool.Cluster, Pool: c.Pool.Pool, Devices: c.Devices, Largest: c.Largest}) {
+				return
+			}
+		}
+	}
 }
 
 // warnInvalid logs each invalid pool report the first time a call reads
@@ -299,6 +307,21 @@ func (t *telemetry) logLedger(s *summary) {
 		t.logger().Debug("Pool ledger", "xr", xr, "cluster", c.Pool.Cluster, "pool", c.Pool.Pool,
 			"wholeNode", c.WholeNode, "saturated", c.Saturated, "free", strings.Join(groups, " "))
 	}
+}
+
+// capacity is how much the telemetry reads of what each pool had left
+// once a call placed: the debug log's ledger, the metrics' largest free
+// shapes, or nothing.
+func (t *telemetry) capacity() scheduling.Capacity {
+	switch {
+	case t == nil:
+		return scheduling.CapacityNone
+	case t.ledger:
+		return scheduling.CapacityGroups
+	case t.metrics != nil:
+		return scheduling.CapacityLargest
+	}
+	return scheduling.CapacityNone
 }
 
 func (t *telemetry) logger() logging.Logger {

@@ -16,6 +16,10 @@ func TestCapacity(t *testing.T) {
 	deployment := func(replicas int64, gpus int64) *v1alpha1.ModelDeployment {
 		return fx.Deployment("m").Replicas(replicas).Engines(fx.Standalone("main", fx.GPURequest(gpus))).Obj()
 	}
+	asked := func(s Snapshot, c Capacity) Snapshot {
+		s.Options.Capacity = c
+		return s
+	}
 	cases := map[string]struct {
 		reason string
 		s      Snapshot
@@ -23,14 +27,26 @@ func TestCapacity(t *testing.T) {
 	}{
 		"NothingToPlace": {
 			reason: "A deployment of no replicas builds no ledger, and says so with no capacity.",
-			s:      snapshot(deployment(0, 1), []*v1alpha1.InferenceCluster{wholeNode, freeDevice}),
+			s:      asked(snapshot(deployment(0, 1), []*v1alpha1.InferenceCluster{wholeNode, freeDevice}), CapacityGroups),
+		},
+		"NotAsked": {
+			reason: "A pass whose options do not ask for capacity says nothing of it, though it placed replicas.",
+			s:      snapshot(deployment(2, 4), []*v1alpha1.InferenceCluster{wholeNode, freeDevice}),
 		},
 		"WholeNodeAndFreeDevices": {
 			reason: "Each pool's ledger once the replicas are placed: a whole-node pool's empty nodes with every device free, its taken ones none; a free-device pool by its histogram, plus the node it can grow by, the most free first.",
-			s:      snapshot(deployment(2, 4), []*v1alpha1.InferenceCluster{wholeNode, freeDevice}),
+			s:      asked(snapshot(deployment(2, 4), []*v1alpha1.InferenceCluster{wholeNode, freeDevice}), CapacityGroups),
 			want: []PoolCapacity{
-				{Pool: PoolRef{"a", "h100"}, WholeNode: true, Devices: []string{"gpu"}, Groups: []NodeGroup{{Nodes: 2, Free: []int64{8}}, {Nodes: 1, Free: []int64{0}}}},
-				{Pool: PoolRef{"b", "h100"}, Devices: []string{"gpu"}, Groups: []NodeGroup{{Nodes: 2, Free: []int64{8}}, {Nodes: 1, Free: []int64{4}}, {Nodes: 1, Free: []int64{2}}}},
+				{Pool: PoolRef{"a", "h100"}, WholeNode: true, Devices: []string{"gpu"}, Largest: []int64{8}, Groups: []NodeGroup{{Nodes: 2, Free: []int64{8}}, {Nodes: 1, Free: []int64{0}}}},
+				{Pool: PoolRef{"b", "h100"}, Devices: []string{"gpu"}, Largest: []int64{8}, Groups: []NodeGroup{{Nodes: 2, Free: []int64{8}}, {Nodes: 1, Free: []int64{4}}, {Nodes: 1, Free: []int64{2}}}},
+			},
+		},
+		"LargestOnly": {
+			reason: "Asked for the largest free counts only (a server's metrics), a plan says them without the groups: six 8-GPU replicas take every whole node of a, and b's three nodes of 8 free, leaving its node of 2.",
+			s:      asked(snapshot(deployment(6, 8), []*v1alpha1.InferenceCluster{wholeNode, freeDevice}), CapacityLargest),
+			want: []PoolCapacity{
+				{Pool: PoolRef{"a", "h100"}, WholeNode: true, Devices: []string{"gpu"}, Largest: []int64{0}},
+				{Pool: PoolRef{"b", "h100"}, Devices: []string{"gpu"}, Largest: []int64{2}},
 			},
 		},
 	}

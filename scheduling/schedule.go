@@ -81,7 +81,7 @@ func schedule(s Snapshot) (*Plan, *pass, error) {
 		var placed []Placement
 		placed, plan.Shortfall = p.fill(placements, wanted-len(placements))
 		kept = append(kept, keptOf(placed)...)
-		plan.Capacity = p.capacity()
+		plan.Capacity = p.capacity(s.Options.Capacity)
 	}
 	for i := range kept {
 		kept[i].Counted = p.counted(kept[i])

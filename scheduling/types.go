@@ -42,6 +42,10 @@ type Options struct {
 	// with its pods unscheduled before it is re-placed (docs/spec.md#re-placing). Zero
 	// turns re-placing off.
 	ReplaceUnscheduledAfter time.Duration
+
+	// Capacity is how much the plan says of what each pool had left
+	// (Plan.Capacity), for a server's metrics and debug log.
+	Capacity Capacity
 }
 
 // Snapshot is everything one scheduling pass reads.

@@ -13,6 +13,7 @@ package metrics
 
 import (
 	"cmp"
+	"iter"
 	"maps"
 	"slices"
 	"sync"
@@ -64,8 +65,12 @@ type Call struct {
 	// Unplaced is how many wanted replicas it did not compose, and
 	// Replaced how many it re-placed.
 	Unplaced, Replaced int
-	// Pools are the pools it read.
-	Pools []Pool
+	// Pools are the pools it read, and Free what those it built a ledger
+	// of had left; no Free when it built none (it placed and re-placed
+	// nothing). Each is read once, within Record: a call yields them as it
+	// reads its own, so that telling them costs no copy.
+	Pools iter.Seq[Pool]
+	Free  iter.Seq[PoolFree]
 }
 
 // Pool is one pool as a call read it.
@@ -78,10 +83,16 @@ type Pool struct {
 	Ready     bool
 	// ObservedAt is its report's time; zero when it has none that reads.
 	ObservedAt time.Time
-	// LargestFree is the most devices of each GPU model free on one of its
-	// nodes once the call placed its replicas; nil when the call built no
-	// ledger (it placed and re-placed nothing).
-	LargestFree map[string]int64
+}
+
+// PoolFree is what a pool had left once a call placed its replicas.
+type PoolFree struct {
+	Cluster, Pool string
+	// Largest is the most devices of each GPU model free on one of its
+	// nodes: Largest[i] of Devices[i]. Record copies Largest, and keeps
+	// Devices: never change it.
+	Devices []string
+	Largest []int64
 }
 
 // Metrics are a server's metrics. Register them on its registry.
@@ -111,8 +122,10 @@ type pool struct {
 	wholeNode  string
 	ready      bool
 	observedAt time.Time
-	// largest is kept from the last call that built a ledger.
-	largest   map[string]int64
+	// devices and largest are kept from the last call that built a
+	// ledger, and summed by model only at a scrape.
+	devices   []string
+	largest   []int64
 	largestAt time.Time
 	at        time.Time
 }
@@ -181,18 +194,29 @@ func (m *Metrics) Record(c Call) {
 	}
 	d.unplaced, d.at = c.Unplaced, c.At
 	d.replacements += c.Replaced
-	for _, p := range c.Pools {
-		k := [2]string{p.Cluster, p.Pool}
-		s := m.pools[k]
-		if s == nil {
-			s = &pool{}
-			m.pools[k] = s
-		}
-		s.wholeNode, s.ready, s.observedAt, s.at = p.WholeNode, p.Ready, p.ObservedAt, c.At
-		if p.LargestFree != nil {
-			s.largest, s.largestAt = p.LargestFree, c.At
+	if c.Pools != nil {
+		for p := range c.Pools {
+			s := m.pool(p.Cluster, p.Pool)
+			s.wholeNode, s.ready, s.observedAt, s.at = p.WholeNode, p.Ready, p.ObservedAt, c.At
 		}
 	}
+	if c.Free != nil {
+		for f := range c.Free {
+			s := m.pool(f.Cluster, f.Pool)
+			s.devices, s.largest, s.largestAt, s.at = f.Devices, append(s.largest[:0], f.Largest...), c.At, c.At
+		}
+	}
+}
+
+// pool is the series of a pool, new or kept. Call it with m.mu held.
+func (m *Metrics) pool(cluster, name string) *pool {
+	k := [2]string{cluster, name}
+	s := m.pools[k]
+	if s == nil {
+		s = &pool{}
+		m.pools[k] = s
+	}
+	return s
 }
 
 // Describe implements prometheus.Collector.
@@ -231,9 +255,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		if !p.observedAt.IsZero() {
 			ch <- prometheus.MustNewConstMetric(m.reportAge, prometheus.GaugeValue, now.Sub(p.observedAt).Seconds(), k[0], k[1])
 		}
-		if p.largest != nil && now.Sub(p.largestAt) <= StaleAfter {
-			for model, n := range p.largest {
-				largest[model] = max(largest[model], n)
+		if now.Sub(p.largestAt) <= StaleAfter {
+			for i, model := range p.devices[:min(len(p.devices), len(p.largest))] {
+				largest[model] = max(largest[model], p.largest[i])
 			}
 		}
 	}

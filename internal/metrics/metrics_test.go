@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -46,11 +47,16 @@ func values(t *testing.T, g prometheus.Gatherer) map[string]float64 {
 func TestMetrics(t *testing.T) {
 	pools := func(at time.Time) []Pool {
 		return []Pool{
-			{Cluster: "a", Pool: "h100", Ready: true, ObservedAt: at.Add(-30 * time.Second), LargestFree: map[string]int64{"h100": 4}},
-			{Cluster: "b", Pool: "h100", Ready: true, WholeNode: ReasonStale, ObservedAt: at.Add(-time.Hour), LargestFree: map[string]int64{"h100": 8}},
+			{Cluster: "a", Pool: "h100", Ready: true, ObservedAt: at.Add(-30 * time.Second)},
+			{Cluster: "b", Pool: "h100", Ready: true, WholeNode: ReasonStale, ObservedAt: at.Add(-time.Hour)},
 			{Cluster: "c", Pool: "l4", Ready: true, WholeNode: ReasonInvalid},
 			{Cluster: "d", Pool: "l4", WholeNode: ReasonMissing},
 		}
+	}
+	free := []PoolFree{
+		{Cluster: "a", Pool: "h100", Devices: []string{"h100", "nic"}, Largest: []int64{4, 2}},
+		{Cluster: "b", Pool: "h100", Devices: []string{"h100"}, Largest: []int64{8}},
+		{Cluster: "c", Pool: "l4", Devices: []string{"l4", "nic"}, Largest: []int64{1, 1}},
 	}
 	type call struct {
 		after time.Duration
@@ -73,32 +79,38 @@ func TestMetrics(t *testing.T) {
 			},
 		},
 		"Calls": {
-			reason: "A Fatal call and an error count apart from ok ones; a first iteration is counted but not timed; a deployment's unplaced replicas are its last call's, its re-placements add up; whole-node pools count only in Ready clusters; the largest free shape is the most over pools.",
+			reason: "A Fatal call and an error count apart from ok ones; a first iteration is counted but not timed; a deployment's unplaced replicas are its last call's, its re-placements add up; whole-node pools count only in Ready clusters; the largest free shape of a model is the most over pools, of the last call that built each pool's ledger.",
 			calls: []call{
 				{c: Call{Result: OK, OnlyAsked: true, Duration: time.Millisecond}},
-				{c: Call{Result: OK, Duration: time.Second, Deployment: "ns/a", Unplaced: 2, Replaced: 1, Pools: pools(t0)}},
-				{after: time.Minute, c: Call{Result: OK, Duration: time.Second, Deployment: "ns/a", Unplaced: 0, Replaced: 2, Pools: pools(t0.Add(time.Minute))}},
+				{c: Call{Result: OK, Duration: time.Second, Deployment: "ns/a", Unplaced: 2, Replaced: 1, Pools: slices.Values(pools(t0)), Free: slices.Values(free)}},
+				{after: time.Minute, c: Call{Result: OK, Duration: time.Second, Deployment: "ns/a", Unplaced: 0, Replaced: 2, Pools: slices.Values(pools(t0.Add(time.Minute))), Free: slices.Values(free[2:])}},
+				{after: time.Minute, c: Call{Result: OK, Duration: time.Second, Deployment: "ns/b", Free: slices.Values([]PoolFree{{Cluster: "a", Pool: "h100", Devices: []string{"h100", "nic"}, Largest: []int64{3, 0}}})}},
 				{after: time.Minute, c: Call{Result: Fatal, Duration: time.Millisecond}},
 				{after: time.Minute, c: Call{Result: Error, Duration: time.Millisecond}},
 			},
 			scrape: 2 * time.Minute,
 			held:   3,
 			want: map[string]float64{
-				`fleet_scheduler_calls_total{result="ok"}`: 3, `fleet_scheduler_calls_total{result="fatal"}`: 1, `fleet_scheduler_calls_total{result="error"}`: 1,
-				`fleet_scheduler_call_duration_seconds_count{}`: 4, `fleet_scheduler_assumed_placements{}`: 3,
+				`fleet_scheduler_calls_total{result="ok"}`: 4, `fleet_scheduler_calls_total{result="fatal"}`: 1, `fleet_scheduler_calls_total{result="error"}`: 1,
+				`fleet_scheduler_call_duration_seconds_count{}`: 5, `fleet_scheduler_assumed_placements{}`: 3,
 				`fleet_scheduler_replicas_unplaced{deployment="ns/a"}`:                      0,
 				`fleet_scheduler_replacements_total{deployment="ns/a"}`:                     3,
 				`fleet_scheduler_deployment_last_call_timestamp_seconds{deployment="ns/a"}`: float64(t0.Add(time.Minute).Unix()),
+				`fleet_scheduler_replicas_unplaced{deployment="ns/b"}`:                      0,
+				`fleet_scheduler_replacements_total{deployment="ns/b"}`:                     0,
+				`fleet_scheduler_deployment_last_call_timestamp_seconds{deployment="ns/b"}`: float64(t0.Add(time.Minute).Unix()),
 				`fleet_scheduler_pools_whole_node{reason="invalid"}`:                        1, `fleet_scheduler_pools_whole_node{reason="missing"}`: 0, `fleet_scheduler_pools_whole_node{reason="stale"}`: 1,
 				`fleet_scheduler_pool_report_age_seconds{cluster="a",pool="h100"}`: 90,
 				`fleet_scheduler_pool_report_age_seconds{cluster="b",pool="h100"}`: 3660,
 				`fleet_scheduler_largest_free_devices{model="h100"}`:               8,
+				`fleet_scheduler_largest_free_devices{model="l4"}`:                 1,
+				`fleet_scheduler_largest_free_devices{model="nic"}`:                1,
 			},
 		},
 		"StaleSeriesDropped": {
 			reason: "A deployment, and the pools, no call has read for StaleAfter are no longer exported: another pod serves them, or they are gone.",
 			calls: []call{
-				{c: Call{Result: OK, Deployment: "ns/a", Unplaced: 2, Pools: pools(t0)}},
+				{c: Call{Result: OK, Deployment: "ns/a", Unplaced: 2, Pools: slices.Values(pools(t0))}},
 				{after: StaleAfter, c: Call{Result: OK, Deployment: "ns/b", Unplaced: 1}},
 			},
 			scrape: StaleAfter + time.Second,

@@ -25,7 +25,11 @@ func exported(t *testing.T) map[string]bool {
 	t.Helper()
 	m := New(func() time.Time { return t0 }, func(time.Time) int { return 0 })
 	// A call that sets every series, so that every family is gathered.
-	m.Record(Call{Result: OK, At: t0, Deployment: "ns/a", Pools: []Pool{{Cluster: "a", Pool: "p", Ready: true, ObservedAt: t0, LargestFree: map[string]int64{"gpu": 1}}}})
+	m.Record(Call{
+		Result: OK, At: t0, Deployment: "ns/a",
+		Pools: slices.Values([]Pool{{Cluster: "a", Pool: "p", Ready: true, ObservedAt: t0}}),
+		Free:  slices.Values([]PoolFree{{Cluster: "a", Pool: "p", Devices: []string{"gpu"}, Largest: []int64{1}}}),
+	})
 	r := prometheus.NewPedanticRegistry()
 	r.MustRegister(m)
 	families, err := r.Gather()

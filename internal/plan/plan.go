@@ -50,6 +50,10 @@ type Call struct {
 	// Shown tells which assumed placements the call's fleet already
 	// holds; only read when the call takes part in assumed placements.
 	Shown assume.Fleet
+
+	// Capacity is how much the plan says of what each pool had left, for
+	// the server's metrics and debug log; none costs nothing.
+	Capacity scheduling.Capacity
 }
 
 // Kind is which way a call went.
@@ -102,6 +106,7 @@ func (p Planner) Plan(ctx context.Context, c Call) (Outcome, error) {
 			RetainOnly:              c.CacheUnresolved,
 			Selectors:               p.Selectors,
 			ReplaceUnscheduledAfter: c.Settings.ReplaceUnscheduledAfter,
+			Capacity:                c.Capacity,
 		},
 		Now: c.Now,
 	}
