@@ -69,7 +69,10 @@ type ReplicaOutput struct {
 // Margin; until then it holds the status the replica has (False where it
 // was True), and asks to be called when the margin has passed. A relayed
 // True is re-stamped when the agent's time is later than it (the agent saw
-// the pods unbound and bound again). PodsScheduled is Unknown while nothing
+// the pods unbound and bound again): its message names the agent's time,
+// and Crossplane stamps a condition anew when its message changes, also
+// when the relay is first called after the margin has passed and so
+// never held it False. PodsScheduled is Unknown while nothing
 // is observed, and while the reports of the replica's pools are older than
 // MaxAge (the agent may be gone: neither counted nor stuck).
 func Replica(in ReplicaInput) ReplicaOutput {
@@ -149,7 +152,10 @@ func Replica(in ReplicaInput) ReplicaOutput {
 		}
 		return out
 	}
-	out.Condition = Condition{Type: observation.ConditionPodsScheduled, Status: "True", Reason: ReasonPodsBound, Message: message}
+	out.Condition = Condition{
+		Type: observation.ConditionPodsScheduled, Status: "True", Reason: ReasonPodsBound,
+		Message: fmt.Sprintf("%s, as the cluster agent saw at %s", message, at.UTC().Format(time.RFC3339)),
+	}
 	return out
 }
 

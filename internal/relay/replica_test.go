@@ -103,7 +103,7 @@ func TestRelayReplica(t *testing.T) {
 				t.Helper()
 				return ReplicaInput{Replica: l4Replica().Obj(), Cluster: inferenceCluster(t, reported), Composed: map[string]map[string]any{KeyReplicaObservation: observedReplicaObservation(t, "True", agentTime)}}
 			},
-			want: want{condition: Condition{"PodsScheduled", "True", ReasonPodsBound, "1 of 1 pods are bound to a node"}, object: true, ttl: maxAge - 40*time.Second},
+			want: want{condition: Condition{"PodsScheduled", "True", ReasonPodsBound, "1 of 1 pods are bound to a node, as the cluster agent saw at 2026-10-20T20:06:00Z"}, object: true, ttl: maxAge - 40*time.Second},
 		},
 		"AgentTrueWithinTheMargin": {
 			reason: "bound 2s ago by the agent's clock: held Unknown (the replica has no PodsScheduled), called again when the margin has passed",
@@ -146,7 +146,16 @@ func TestRelayReplica(t *testing.T) {
 				r := l4Replica().PodsScheduled("True", now.Add(-time.Second)).Obj()
 				return ReplicaInput{Replica: r, Cluster: inferenceCluster(t, reported), Composed: map[string]map[string]any{KeyReplicaObservation: observedReplicaObservation(t, "True", now.Add(-2*time.Second))}}
 			},
-			want: want{condition: Condition{"PodsScheduled", "True", ReasonPodsBound, "1 of 1 pods are bound to a node"}, object: true, ttl: maxAge - 40*time.Second},
+			want: want{condition: Condition{"PodsScheduled", "True", ReasonPodsBound, "1 of 1 pods are bound to a node, as the cluster agent saw at 2026-10-20T20:06:28Z"}, object: true, ttl: maxAge - 40*time.Second},
+		},
+		"TrueRestampedLate": {
+			reason: "True since before the agent's newer time, first seen once the margin has passed: True with a message that names the newer time, so that Crossplane stamps it anew",
+			in: func(t *testing.T) ReplicaInput {
+				t.Helper()
+				r := l4Replica().PodsScheduled("True", agentTime.Add(-time.Minute)).Obj()
+				return ReplicaInput{Replica: r, Cluster: inferenceCluster(t, reported), Composed: map[string]map[string]any{KeyReplicaObservation: observedReplicaObservation(t, "True", agentTime.Add(10*time.Second))}}
+			},
+			want: want{condition: Condition{"PodsScheduled", "True", ReasonPodsBound, "1 of 1 pods are bound to a node, as the cluster agent saw at 2026-10-20T20:06:10Z"}, object: true, ttl: maxAge - 40*time.Second},
 		},
 		"TrueRestamped": {
 			reason: "True since before the agent's newer time (a flip the relay did not see): False until the margin passes, to re-stamp",
