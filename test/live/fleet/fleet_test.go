@@ -577,26 +577,39 @@ func agentStops(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by 
 // wrongGuess: with alpha's kube-scheduler stopped, spread (two 2-GPU
 // replicas) and then big (one 4-GPU replica, ModelDeployment whole) are
 // placed on pair, two nodes of 4 GPUs: the ledger, assuming LeastFree,
-// puts both of spread's pods on one node and big on the other. (big's
-// deployment is named to sort after spread's: kube-scheduler, started
-// again, queues the pods as its informer lists them, by name, and big's
-// pod scheduled first would make LeastFree's guess come true.) Started again, kube-scheduler's
-// default profile spreads spread's pods over both nodes (they request
-// nothing, so it scores by pod count), and big's pod cannot bind. After
-// replaceUnscheduledAfter, re-placing moves big to spare.
+// puts both of spread's pods on one node and big on the other. Started
+// again, kube-scheduler's default profile spreads spread's pods over both
+// nodes (they request nothing, so it scores by pod count), and big's pod
+// cannot bind. After replaceUnscheduledAfter, re-placing moves big to
+// spare. big's pod is created only once spread's are bound (alpha's
+// kube-controller-manager is stopped meanwhile): scheduled first, it
+// would take a node whole and make LeastFree's guess come true.
 func wrongGuess(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
 	w := f.clusters["alpha"]
 	w.scheduler.Stop(t)
 	apply(t, f.cp.c, deployment("spread", "alpha", "NVIDIA A10G", 2, 2))
 	spread := f.waitPlaced(t, "spread", 2, "alpha", "pair", settle)
 	f.waitPods(t, w, spread)
+	// kube-scheduler waits for a pod's claim, which the resourceclaim
+	// controller creates from its template.
+	eventually(t, settle, "spread's pods' claims created", func() error {
+		for _, r := range spread {
+			for _, p := range w.pods(t, r.GetName()) {
+				if len(p.Status.ResourceClaimStatuses) == 0 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+					return fmt.Errorf("pod %s has no claim yet", p.Name)
+				}
+			}
+		}
+		return nil
+	})
+	w.controllers.Stop(t)
 	apply(t, f.cp.c, deployment("whole", "alpha", "NVIDIA A10G", 1, 4))
 	big := f.waitPlaced(t, "whole", 1, "alpha", "pair", settle)
-	f.waitPods(t, w, big)
 	started := time.Now()
 	w.startScheduler(t, f)
-
 	nodes := f.waitBound(t, "alpha", spread, settle)
+	w.startControllers(t, f)
+	f.waitPods(t, w, big)
 	if n := nodes[spread[0].GetName()]; n == nodes[spread[1].GetName()] {
 		// kube-scheduler's default profile does not always spread pods
 		// that request nothing: an empty node outscores one with such a

@@ -100,10 +100,13 @@ type workload struct {
 	api       *apiServer
 	scheduler *harness.Process
 	schedArgs []string
-	agent     *harness.Process
-	agentArgs []string
-	agentEnv  []string
-	manifests []*unstructured.Unstructured // deploy/cluster-agent/, rendered
+	// controllers is its kube-controller-manager.
+	controllers     *harness.Process
+	controllersArgs []string
+	agent           *harness.Process
+	agentArgs       []string
+	agentEnv        []string
+	manifests       []*unstructured.Unstructured // deploy/cluster-agent/, rendered
 }
 
 // startWorkload starts a workload cluster on the fleet's etcd, registers
@@ -113,13 +116,15 @@ func (f *fleet) startWorkload(t *testing.T, spec workloadSpec) *workload {
 	t.Helper()
 	w := &workload{spec: spec, api: f.startAPIServer(t, spec.name, f.etcd)}
 	_, kubeconfig := w.api.adminKubeconfig(t)
-	harness.StartProcess(t, f.logs, spec.name+"-kube-controller-manager", filepath.Join(f.bin, "kube-controller-manager"), nil,
-		"--kubeconfig="+kubeconfig,
+	w.controllersArgs = []string{
+		"--kubeconfig=" + kubeconfig,
 		// Deployments make ReplicaSets, ReplicaSets pods, and the
 		// resourceclaim controller each pod's claim from its template.
 		// No node-lifecycle controller: there is no kubelet to heartbeat.
 		"--controllers=deployment-controller,replicaset-controller,resourceclaim-controller,garbage-collector-controller",
-		"--leader-elect=false", "--secure-port=0").Running(t)
+		"--leader-elect=false", "--secure-port=0",
+	}
+	w.startControllers(t, f)
 	w.schedArgs = []string{"--config=" + f.schedulerConfig(t, spec, kubeconfig), "--secure-port=0"}
 	w.startScheduler(t, f)
 
@@ -185,6 +190,13 @@ func (w *workload) startScheduler(t *testing.T, f *fleet) {
 	t.Helper()
 	w.scheduler = harness.StartProcessOf(t, f.owner, f.logs, w.spec.name+"-kube-scheduler", filepath.Join(f.bin, "kube-scheduler"), nil, w.schedArgs...)
 	w.scheduler.Running(t)
+}
+
+// startControllers starts the cluster's kube-controller-manager.
+func (w *workload) startControllers(t *testing.T, f *fleet) {
+	t.Helper()
+	w.controllers = harness.StartProcessOf(t, f.owner, f.logs, w.spec.name+"-kube-controller-manager", filepath.Join(f.bin, "kube-controller-manager"), nil, w.controllersArgs...)
+	w.controllers.Running(t)
 }
 
 // register writes, through the API, what the kubelets and the GPU DRA
