@@ -76,9 +76,10 @@ func (s *pass) capacity(detail Capacity) []PoolCapacity {
 		}
 		c.Devices = names[len(names)-n : len(names) : len(names)]
 		c.Largest, counts = counts[:n:n], counts[n:]
-		var taken []int64
+		var empty, taken []int64
 		if l.whole {
-			taken, counts = counts[:n:n], counts[n:]
+			empty, taken = emptyNode(p), counts[:n:n]
+			counts = counts[n:]
 		}
 		start := len(nodeGroups)
 		for _, g := range l.groups {
@@ -87,7 +88,7 @@ func (s *pass) capacity(detail Capacity) []PoolCapacity {
 				// A whole-node ledger counts a node as 1 free or 0.
 				free = taken
 				if g.free[0] > 0 {
-					free = emptyNode(p)
+					free = empty
 				}
 			}
 			if g.count > 0 {
