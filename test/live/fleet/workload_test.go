@@ -60,12 +60,21 @@ type classSpec struct {
 
 // gpuClasses are the InferenceClasses of the fleet: AWS's g6.12xlarge (4
 // L4), g5.12xlarge (4 A10G) and g6e.48xlarge (8 L40S), less what a kubelet
-// reserves.
+// reserves; and a10g-4x-lean, the A10G node with 2 cores and 8Gi.
+//
+// lean is there for kube-scheduler's scores, not as a machine anyone buys.
+// v0.3's pods request nothing, which NodeResourcesFit and
+// BalancedAllocation score as 100m and 200Mi a pod, in whole points of
+// 100: on 47 cores and 180Gi an empty node and a node with one such pod
+// both score 99 and tie, and kube-scheduler picks either at random. On 2
+// cores and 8Gi the empty node scores 96 and 98 against 92 and 97, so the
+// default profile spreads such pods, always (wrongGuess needs it to).
 func gpuClasses() map[string]classSpec {
 	return map[string]classSpec{
-		"l4-4x":   {gpus: 4, product: "NVIDIA L4", memory: "23034Mi", cpu: "47", nodeMemory: "180Gi"},
-		"a10g-4x": {gpus: 4, product: "NVIDIA A10G", memory: "23028Mi", cpu: "47", nodeMemory: "180Gi"},
-		"l40s-8x": {gpus: 8, product: "NVIDIA L40S", memory: "46068Mi", cpu: "191", nodeMemory: "1500Gi"},
+		"l4-4x":        {gpus: 4, product: "NVIDIA L4", memory: "23034Mi", cpu: "47", nodeMemory: "180Gi"},
+		"a10g-4x":      {gpus: 4, product: "NVIDIA A10G", memory: "23028Mi", cpu: "47", nodeMemory: "180Gi"},
+		"a10g-4x-lean": {gpus: 4, product: "NVIDIA A10G", memory: "23028Mi", cpu: "2", nodeMemory: "8Gi"},
+		"l40s-8x":      {gpus: 8, product: "NVIDIA L40S", memory: "46068Mi", cpu: "191", nodeMemory: "1500Gi"},
 	}
 }
 
@@ -75,7 +84,7 @@ func gpuClasses() map[string]classSpec {
 // that a replica placed on alpha goes to pair first.
 func workloads() []workloadSpec {
 	return []workloadSpec{
-		{name: "alpha", pools: []poolSpec{{"quad", "l4-4x", 1}, {"pair", "a10g-4x", 2}, {"spare", "a10g-4x", 1}}},
+		{name: "alpha", pools: []poolSpec{{"quad", "l4-4x", 1}, {"pair", "a10g-4x-lean", 2}, {"spare", "a10g-4x", 1}}},
 		{name: "beta", mostAllocated: true, pools: []poolSpec{{"octo", "l40s-8x", 1}}},
 	}
 }
