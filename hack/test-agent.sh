@@ -20,10 +20,10 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${root}"
 
-# Built with go's default flags, as test/live is: the unit tests, the live
+# Built with the environment's flags, as test/live is (go's defaults; in
+# .ci/run -trimpath and static, as the image is): the unit tests, the live
 # test and the binary it runs share one build of the module's dependencies
-# with ./hack/test-live.sh's. (The image's static, trimmed build would be
-# another: ./hack/build-cluster-agent-image.sh is not run here.)
+# with ./hack/test-live.sh's.
 (cd cmd/cluster-agent && go mod tidy -diff && go vet ./... && go test -count=1 ./...)
 ./hack/build-control-plane.sh etcd kube-apiserver
 

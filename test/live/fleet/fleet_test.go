@@ -580,8 +580,8 @@ func agentStops(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by 
 // puts both of spread's pods on one node and big on the other. Started
 // again, kube-scheduler's default profile spreads spread's pods over both
 // nodes (they request nothing, so it scores by pod count, which pair's
-// lean nodes make tell: gpuClasses), and big's pod cannot bind. After replaceUnscheduledAfter, re-placing moves big to
-// spare. big's pod is created only once spread's are bound (alpha's
+// lean nodes make tell: gpuClasses), and big's pod cannot bind. After
+// replaceUnscheduledAfter, re-placing moves big to spare. big's pod is created only once spread's are bound (alpha's
 // kube-controller-manager is stopped meanwhile): scheduled first, it
 // would take a node whole and make LeastFree's guess come true.
 func wrongGuess(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
