@@ -79,6 +79,9 @@ build_all() {
   local spec name pkg
   for spec in "$@"; do
     name="${spec%%=*}" pkg="${spec#*=}"
+    if [[ ${#only[@]} -gt 0 && " ${only[*]} " != *" ${name} "* ]]; then
+      continue
+    fi
     if [[ -x "${out}/${name}" && -f "${out}/.${name}.stamp" && "$(cat "${out}/.${name}.stamp")" == "${pkg} ${sum}" ]]; then
       echo "bin/control-plane/${name} is current" >&2
       continue

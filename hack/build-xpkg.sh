@@ -40,7 +40,7 @@ if [ ! -x "$crossplane" ]; then
 		hack/build-crossplane.sh
 	else
 		echo "build-xpkg: building the crossplane CLI into bin/crossplane (takes a few minutes)"
-		(cd tools && go build -o "$root/bin/crossplane" github.com/crossplane/crossplane/v2/cmd/crank)
+		(cd tools/crossplane-cli && go build -o "$root/bin/crossplane" github.com/crossplane/crossplane/v2/cmd/crank)
 	fi
 	crossplane=$root/bin/crossplane
 fi

@@ -69,8 +69,8 @@ func FreeLoopbackAddr(t *testing.T) string {
 
 // CrossplaneCLI returns the path of the crossplane CLI: $CROSSPLANE, else
 // bin/crossplane as ./hack/build-crossplane.sh builds it (at the version
-// tools/go.mod pins; quick when it is current). It skips the test, saying
-// why, only when the CLI cannot be built.
+// tools/crossplane-cli/go.mod pins; quick when it is current). It skips the
+// test, saying why, only when the CLI cannot be built.
 func CrossplaneCLI(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("CROSSPLANE"); p != "" {
