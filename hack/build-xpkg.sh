@@ -36,12 +36,7 @@ case "$out" in /*) ;; *) out="$root/$out" ;; esac
 crossplane=${CROSSPLANE:-$root/bin/crossplane}
 
 if [ ! -x "$crossplane" ]; then
-	if [ -x hack/build-crossplane.sh ]; then
-		hack/build-crossplane.sh
-	else
-		echo "build-xpkg: building the crossplane CLI into bin/crossplane (takes a few minutes)"
-		(cd tools/crossplane-cli && go build -o "$root/bin/crossplane" github.com/crossplane/crossplane/v2/cmd/crank)
-	fi
+	hack/build-crossplane.sh
 	crossplane=$root/bin/crossplane
 fi
 

@@ -581,7 +581,8 @@ func agentStops(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by 
 // again, kube-scheduler's default profile spreads spread's pods over both
 // nodes (they request nothing, so it scores by pod count, which pair's
 // lean nodes make tell: gpuClasses), and big's pod cannot bind. After
-// replaceUnscheduledAfter, re-placing moves big to spare. big's pod is created only once spread's are bound (alpha's
+// replaceUnscheduledAfter, re-placing moves big to spare. big's pod is
+// created only once spread's are bound (alpha's
 // kube-controller-manager is stopped meanwhile): scheduled first, it
 // would take a node whole and make LeastFree's guess come true.
 func wrongGuess(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
