@@ -2,8 +2,8 @@
 // fleet_scheduler_: its calls by result and their duration; by deployment,
 // the replicas it could not place and its re-placements; by pool, how old
 // its report is, whether it is on whole-node accounting, and the most
-// devices of a GPU model free on one node. docs/operations.md#metrics lists
-// each with its cardinality.
+// devices of one name (a pool's device, a GPU model as a rule) free on one
+// node. docs/operations.md#metrics lists each with its cardinality.
 //
 // A call records what it decided (Record); the series of a deployment or a
 // pool that no call has read for StaleAfter are dropped at the next scrape,
@@ -88,7 +88,7 @@ type Pool struct {
 // PoolFree is what a pool had left once a call placed its replicas.
 type PoolFree struct {
 	Cluster, Pool string
-	// Largest is the most devices of each GPU model free on one of its
+	// Largest is the most devices of each device name free on one of its
 	// nodes: Largest[i] of Devices[i]. Record copies Largest, and keeps
 	// Devices: never change it.
 	Devices []string
@@ -162,7 +162,7 @@ func New(now func() time.Time, held func(time.Time) int) *Metrics {
 		reportAge: prometheus.NewDesc(ns+"_pool_report_age_seconds",
 			"How old the pool's report (its observedAt) is now.", []string{"cluster", "pool"}, nil),
 		largest: prometheus.NewDesc(ns+"_largest_free_devices",
-			"The most devices of a GPU model free on one node of any pool, once the last call that placed a replica there had placed it.", []string{"model"}, nil),
+			"The most devices of a name (the pool's device, as a rule a GPU model) free on one node of any pool, once the last call that placed a replica there had placed it.", []string{"model"}, nil),
 		assumed: prometheus.NewDesc(ns+"_assumed_placements",
 			"Placements this server composed that the fleet does not show yet, charged to other deployments' calls.", nil, nil),
 		now:         now,
