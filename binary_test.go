@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -89,6 +90,75 @@ func scrape(t *testing.T, url string) map[string]float64 {
 	return out
 }
 
+// buildFunction builds the function's binary, as its image holds it.
+func buildFunction(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "function")
+	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestBinaryRefusesBadConfiguration runs the function's binary with bad
+// flags: each exits non-zero before its start line, with a message naming
+// the flag.
+func TestBinaryRefusesBadConfiguration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the function's binary")
+	}
+	bin := buildFunction(t)
+	held, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	free := func() string { return "--address=127.0.0.1:" + strconv.Itoa(freePort(t)) }
+	cases := map[string]struct {
+		reason string
+		args   []string
+		want   string
+	}{
+		"MessageSizeZero": {
+			reason: "It started a server that refused every call, with nothing in its log.",
+			args:   []string{"--insecure", free(), "--max-recv-message-size=0"},
+			want:   `invalid --max-recv-message-size "0": must be between 4 and 2047 (MB)`,
+		},
+		"NegativeTTL": {
+			reason: "It silently turned the ledger off.",
+			args:   []string{"--insecure", free(), "--assumed-placement-ttl=-1s"},
+			want:   `invalid --assumed-placement-ttl "-1s"`,
+		},
+		"NoCertificates": {
+			reason: "A certificates directory that holds none was refused after the start line.",
+			args:   []string{free(), "--tls-server-certs-dir=" + t.TempDir()},
+			want:   `invalid --tls-server-certs-dir`,
+		},
+		"MetricsPortHeld": {
+			reason: "A metrics port another process holds left the function serving without metrics.",
+			args:   []string{"--insecure", free(), "--metrics-address=" + held.Addr().String()},
+			want:   `cannot listen for metrics at --metrics-address "` + held.Addr().String() + `"`,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, bin, tc.args...).CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() <= 0 {
+				t.Fatalf("%s\n%s %q: want a non-zero exit, got %v\n%s", tc.reason, bin, tc.args, err, out)
+			}
+			if !strings.Contains(string(out), tc.want) {
+				t.Errorf("%s\n%s %q: want output containing %q, got:\n%s", tc.reason, bin, tc.args, tc.want, out)
+			}
+			if strings.Contains(string(out), "Starting fleet-scheduler") {
+				t.Errorf("%s\n%s %q: logged its start line before refusing:\n%s", tc.reason, bin, tc.args, out)
+			}
+		})
+	}
+}
+
 // TestBinaryOperable runs the function's binary as Crossplane would, sends
 // it a Fatal call, one short of capacity and one reading an invalid pool
 // report over gRPC, and checks what on-call would see: its log lines and
@@ -97,10 +167,7 @@ func TestBinaryOperable(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the function's binary")
 	}
-	bin := filepath.Join(t.TempDir(), "function")
-	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildFunction(t)
 	grpcAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	metricsAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	var logs syncBuffer

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,13 @@ func TestFlags(t *testing.T) {
 	defaults := &CLI{
 		Network: "tcp", Address: ":9443", Insecure: true, MaxRecvMessageSize: 64, MetricsAddress: ":8080",
 		MaxConcurrentStreams: 4, AssumedPlacementTTL: 2 * time.Minute, ObjectCache: true, NarrowRequests: true, FullReadEvery: 5 * time.Minute,
+	}
+	// A directory that holds files of the right names, none of them PEM.
+	garbage := t.TempDir()
+	for _, f := range []string{"tls.crt", "tls.key", "ca.crt"} {
+		if err := os.WriteFile(filepath.Join(garbage, f), []byte("not PEM"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	with := func(f func(c *CLI)) *CLI {
 		c := *defaults
@@ -123,6 +132,21 @@ func TestFlags(t *testing.T) {
 			reason: "Without --insecure the certificates are required, and the message names the flag and its variable.",
 			args:   []string{},
 			want:   want{err: `--tls-server-certs-dir (or TLS_SERVER_CERTS_DIR) is required without --insecure`},
+		},
+		"CertsDirMissing": {
+			reason: "A directory with no certificates was refused only once the server started, after its start line.",
+			args:   []string{"--tls-server-certs-dir=/nonexistent/certs"},
+			want:   want{err: `invalid --tls-server-certs-dir "/nonexistent/certs": cannot load X509 keypair: open /nonexistent/certs/tls.crt: no such file or directory (it must hold tls.crt, tls.key and ca.crt)`},
+		},
+		"CertsNotPEM": {
+			reason: "Files of the right names that hold no key pair are refused.",
+			args:   []string{"--tls-server-certs-dir=" + garbage},
+			want:   want{err: `invalid --tls-server-certs-dir "` + garbage + `": cannot load X509 keypair: tls: failed to find any PEM data in certificate input`},
+		},
+		"InsecureIgnoresCertsDir": {
+			reason: "With --insecure the directory is ignored, as the template's flag help says.",
+			args:   []string{"--insecure", "--tls-server-certs-dir=/nonexistent/certs"},
+			want:   want{cli: with(func(c *CLI) { c.TLSCertsDir = "/nonexistent/certs" })},
 		},
 		"EveryErrorNamed": {
 			reason: "Two bad flags are both named.",

@@ -69,9 +69,12 @@ const (
 	// reach.
 	maxMaxRecvMessageSizeMB = 2047
 
-	// minAssumedPlacementTTL is above the longest measured from a call to
-	// what it composed being in the fleet (6.7 s, docs/production.md, on
-	// a live control plane); maxAssumedPlacementTTL is the default
+	// minAssumedPlacementTTL is above 6.7 s, the longest the live control
+	// plane test measured from the function coming back after a stop to
+	// what its next call composed existing (docs/production.md): that
+	// includes Crossplane's wait before it calls again, so a call's own
+	// apply takes less. No test measures the apply alone. The default is
+	// 12 times the floor. maxAssumedPlacementTTL is the default
 	// replaceUnscheduledAfter: an entry whose replica never appears holds
 	// devices no longer than a stuck replica waits.
 	minAssumedPlacementTTL = 10 * time.Second
@@ -119,8 +122,17 @@ func (c *CLI) Validate() error {
 	if d := c.FullReadEvery; d < minFullReadEvery || d > maxFullReadEvery {
 		bad("full-read-every", d, fmt.Sprintf("must be between %s and %s; --no-narrow-requests reads the whole fleet on every call", minFullReadEvery, maxFullReadEvery))
 	}
-	if !c.Insecure && c.TLSCertsDir == "" {
+	switch {
+	case c.Insecure:
+	case c.TLSCertsDir == "":
 		errs = append(errs, errors.New("--tls-server-certs-dir (or TLS_SERVER_CERTS_DIR) is required without --insecure"))
+	default:
+		// Loaded here as Run loads them, so that a directory without a
+		// key pair and CA Crossplane's package manager would have written
+		// is refused before anything listens.
+		if err := function.MTLSCertificates(c.TLSCertsDir)(&function.ServeOptions{}); err != nil {
+			bad("tls-server-certs-dir", c.TLSCertsDir, err.Error()+" (it must hold tls.crt, tls.key and ca.crt)")
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -157,8 +169,6 @@ func (c *CLI) Run() error {
 	if err != nil {
 		return err
 	}
-	started(log, c)
-
 	so, err := server.Options(
 		function.Listen(c.Network, c.Address),
 		function.MTLSCertificates(c.TLSCertsDir),
@@ -169,6 +179,14 @@ func (c *CLI) Run() error {
 		// Of these options only the certificates can fail.
 		return fmt.Errorf("invalid --tls-server-certs-dir %q: %w", c.TLSCertsDir, err)
 	}
+	// Listening comes before the start line: a port another process holds
+	// is a bad flag, and the function exits on it rather than serving
+	// without metrics.
+	lis, err := server.Listen(so)
+	if err != nil {
+		return err
+	}
+	started(log, c)
 	// The request codec leaves the fleet on the wire for the fleet reader,
 	// and takes each request's buffer back once its call is done.
 	requests := codec.New(requiredClusters, requiredReplicas, requiredOwnReplicas, requiredUncountedReplicas)
@@ -185,7 +203,7 @@ func (c *CLI) Run() error {
 	if c.NarrowRequests {
 		fn.narrowing = plan.NewNarrowing(c.FullReadEvery)
 	}
-	return server.ListenAndServe(log, so, server.New(so, requests, fn, c.MaxConcurrentStreams))
+	return server.Serve(log, lis, so, server.New(so, requests, fn, c.MaxConcurrentStreams))
 }
 
 // newFunction is the function as a server starts it: its caches empty (none

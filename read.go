@@ -43,12 +43,18 @@ func readInput(req *fnv1.RunFunctionRequest) (plan.Settings, error) {
 	if req.GetInput() == nil {
 		return plan.Defaults(), nil
 	}
+	form := checkInputForm(req.GetInput())
 	in, err := decodeStruct[v1beta1.Input](req.GetInput(), "Function input")
-	if err != nil {
+	switch {
+	case err != nil && len(form) > 0:
+		// One message names every error: the form's too, not only the
+		// field of the wrong type that stopped the decoding.
+		return plan.Defaults(), fmt.Errorf("%w; %w", plan.Invalid(form), err)
+	case err != nil:
 		return plan.Defaults(), err
 	}
 	s, errs := plan.Check(in)
-	if form := checkInputForm(req.GetInput()); len(form) > 0 {
+	if len(form) > 0 {
 		return plan.Defaults(), plan.Invalid(append(form, errs...))
 	}
 	return s, plan.Invalid(errs)

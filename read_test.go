@@ -178,6 +178,15 @@ func TestRunFunctionFatal(t *testing.T) {
 				`spreadPolicy: Forbidden: not a field of the function input (a Composition written for a newer fleet-scheduler? docs/operations.md#upgrades), ` +
 				`observationMaxAge: Invalid value: "1s": must be between 3m and 24h]`,
 		},
+		"WrongTypeAndWrongKind": {
+			reason: "A field of the wrong type stopped the decoding, and the wrong kind beside it went unnamed; both are named.",
+			req: func() *fnv1.RunFunctionRequest {
+				r := request(t, xr, nil, nil)
+				r.Input = input(`{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Inputs","observationMaxAge":5}`)
+				return r
+			}(),
+			want: `invalid Function input: kind: Unsupported value: "Inputs": supported values: "Input"; cannot read Function input: observationMaxAge: cannot use a JSON number as string`,
+		},
 		"WrongKind": {
 			reason: "A kind other than Input is Fatal and named.",
 			req: func() *fnv1.RunFunctionRequest {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"iter"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -286,6 +287,17 @@ func (t *telemetry) warnInvalid(fl *fleet.Fleet) {
 		t.logger().Info("Warning: invalid pool report, using whole-node accounting",
 			"cluster", r.Cluster, "pool", r.Pool, "resourceVersion", versions[r.Cluster], "defect", r.Defect)
 	}
+	// A pool this fleet does not have (its cluster deleted, or the pool
+	// removed) is forgotten, so that what is kept stays the fleet's size.
+	// A call that read no cluster says nothing of which are gone.
+	if len(t.warned) == 0 || len(fl.Clusters) == 0 {
+		return
+	}
+	pools := make(map[[2]string]bool, len(fl.Pools))
+	for _, r := range fl.Pools {
+		pools[[2]string{r.Cluster, r.Pool}] = true
+	}
+	maps.DeleteFunc(t.warned, func(k [2]string, _ string) bool { return !pools[k] })
 }
 
 // logLedger logs, at debug, what each pool had left once the call placed

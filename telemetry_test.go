@@ -9,6 +9,7 @@ import (
 
 	rtlogging "github.com/crossplane/crossplane-runtime/v2/pkg/logging"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/crossplane/function-sdk-go/logging"
@@ -16,7 +17,9 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	"github.com/modelplaneai/fleet-scheduler/internal/plan"
+	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
@@ -174,5 +177,51 @@ func TestTelemetryKeptDropped(t *testing.T) {
 	}}}
 	if diff := cmp.Diff(want, rec.take()); diff != "" {
 		t.Errorf("scaled from 3 to 1: logged -want, +got:\n%s", diff)
+	}
+}
+
+// TestWarnInvalidForgets: the warnings remembered are the fleet's pools
+// only. A pool whose cluster left the fleet is forgotten, and warned of
+// again if it comes back as it was; a call that read no cluster forgets
+// nothing.
+func TestWarnInvalidForgets(t *testing.T) {
+	cluster := func(name string) scheduling.Cluster {
+		c := fx.Cluster(name).Obj()
+		c.Metadata.ResourceVersion = "1"
+		return scheduling.Cluster{Object: c}
+	}
+	invalid := func(name string) observation.PoolReport {
+		return observation.PoolReport{Cluster: name, Pool: "h100", State: observation.Invalid, Defect: "observedAt: bad"}
+	}
+	withB := &fleet.Fleet{Clusters: []scheduling.Cluster{cluster("a"), cluster("b")}, Pools: []observation.PoolReport{invalid("a"), invalid("b")}}
+	withoutB := &fleet.Fleet{Clusters: []scheduling.Cluster{cluster("a")}, Pools: []observation.PoolReport{invalid("a")}}
+	none := &fleet.Fleet{}
+	warned := func(clusters ...string) []string { return clusters }
+
+	rec := &recorder{}
+	tel := &telemetry{log: rec}
+	steps := []struct {
+		reason string
+		fl     *fleet.Fleet
+		want   []string
+	}{
+		{"both warned of the first time", withB, warned("a", "b")},
+		{"no cluster read", none, warned()},
+		{"nothing was forgotten: nothing new to say", withB, warned()},
+		{"b's cluster gone", withoutB, warned()},
+		{"b back as it was: warned of again, a not", withB, warned("b")},
+	}
+	for i, s := range steps {
+		tel.warnInvalid(s.fl)
+		var got []string
+		for _, l := range rec.take() {
+			got = append(got, l.KV["cluster"].(string))
+		}
+		if diff := cmp.Diff(s.want, got, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("step %d, %s: warned of -want, +got:\n%s", i, s.reason, diff)
+		}
+	}
+	if len(tel.warned) != 2 {
+		t.Errorf("remembered %d pools, want the fleet's 2: %v", len(tel.warned), tel.warned)
 	}
 }

@@ -76,17 +76,21 @@ func Invalid(errs field.ErrorList) error {
 // docs/operations.md, Bounds, says where each comes from).
 const (
 	// MinObservationMaxAge is above the oldest a report the agent keeps in
-	// sync gets: it publishes at least every minute, and a view proven by
-	// the API server's watch bookmarks lags about a minute more. Below it
-	// pools go stale, and to whole-node accounting, in normal operation.
+	// sync gets: under churn its observedAt was at most 13.2 s old with
+	// its probes (the default) and 1m6.3s with bookmarks only, and in a
+	// quiet cluster it is written again at 50 s (its heartbeat), a proof
+	// later; the relay adds about a second (docs/cluster-agent.md,
+	// docs/production.md). Below it pools go stale, and to whole-node
+	// accounting, in normal operation.
 	MinObservationMaxAge = 3 * time.Minute
 	// MaxObservationMaxAge is a day: a report older than that says nothing
 	// of a pool's free devices, and the same age bounds how far in the
 	// future an observedAt may be.
 	MaxObservationMaxAge = 24 * time.Hour
-	// MinReplaceUnscheduledAfter is the agent's heartbeat: a shorter wait
-	// could re-place a replica whose pods bound before its PodsScheduled
-	// condition could say so.
+	// MinReplaceUnscheduledAfter is above the 49 s measured live from a
+	// pod's bind to the pool report that counts it (docs/production.md),
+	// and the agent's 50 s heartbeat: a shorter wait could re-place a
+	// replica whose pods bound before the fleet could say so.
 	MinReplaceUnscheduledAfter = time.Minute
 	// MaxReplaceUnscheduledAfter is a day: waits double with each move, so
 	// the third comes a week after the first wait began; longer is re-placing

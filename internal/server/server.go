@@ -94,28 +94,49 @@ func New(so *function.ServeOptions, requests *codec.Codec, fn fnv1.FunctionRunne
 	return srv
 }
 
-// ListenAndServe listens where so says, serves srv there and the Prometheus metrics
-// at so.MetricsAddress, and blocks until the gRPC server stops.
-func ListenAndServe(log logging.Logger, so *function.ServeOptions, srv *grpc.Server) error {
-	lis, err := (&net.ListenConfig{}).Listen(context.Background(), so.Network, so.Address)
-	if err != nil {
-		return fmt.Errorf("cannot listen for %s connections at address %q: %w", so.Network, so.Address, err)
+// Listeners are what a server listens at: gRPC's, and the metrics' where
+// so serves metrics.
+type Listeners struct {
+	gRPC, metrics net.Listener
+}
+
+// Listen listens where so says, for gRPC and for the metrics, before
+// anything is served: an address another process holds fails here, naming
+// its flag, instead of leaving the function serving without metrics as
+// function.Serve does.
+func Listen(so *function.ServeOptions) (Listeners, error) {
+	var l Listeners
+	var err error
+	if l.gRPC, err = (&net.ListenConfig{}).Listen(context.Background(), so.Network, so.Address); err != nil {
+		return Listeners{}, fmt.Errorf("cannot listen for %s connections at --address %q: %w", so.Network, so.Address, err)
 	}
-	if so.MetricsAddress != "" {
+	if so.MetricsAddress == "" {
+		return l, nil
+	}
+	if l.metrics, err = (&net.ListenConfig{}).Listen(context.Background(), "tcp", so.MetricsAddress); err != nil {
+		_ = l.gRPC.Close()
+		return Listeners{}, fmt.Errorf("cannot listen for metrics at --metrics-address %q: %w", so.MetricsAddress, err)
+	}
+	return l, nil
+}
+
+// Serve serves srv at l's gRPC listener and the Prometheus metrics at its
+// metrics listener, and blocks until the gRPC server stops.
+func Serve(log logging.Logger, l Listeners, so *function.ServeOptions, srv *grpc.Server) error {
+	if l.metrics != nil {
 		metrics := &http.Server{
-			Addr:              so.MetricsAddress,
 			Handler:           promhttp.HandlerFor(so.MetricsRegistry, promhttp.HandlerOpts{}),
 			ReadHeaderTimeout: 30 * time.Second,
 		}
 		go func() {
-			// As function.Serve, a metrics server that cannot listen does
-			// not stop the function; unlike it, this says so.
-			if err := metrics.ListenAndServe(); err != nil {
-				log.Info("Cannot serve metrics", "address", so.MetricsAddress, "error", err)
+			// Serving stops only with the process, or with an error worth
+			// a line: the gRPC server goes on, as function.Serve's does.
+			if err := metrics.Serve(l.metrics); err != nil {
+				log.Info("Stopped serving metrics", "address", so.MetricsAddress, "error", err)
 			}
 		}()
 	}
-	if err := srv.Serve(lis); err != nil {
+	if err := srv.Serve(l.gRPC); err != nil {
 		return fmt.Errorf("cannot serve mTLS gRPC connections: %w", err)
 	}
 	return nil

@@ -90,12 +90,16 @@ func TestServe(t *testing.T) {
 	}
 	requests := codec.New("clusters", "all-replicas")
 	srv := New(so, requests, echo{}, 4)
+	lis, err := Listen(so)
+	if err != nil {
+		t.Fatalf("Listen(...): %v", err)
+	}
 	served := make(chan error, 1)
-	go func() { served <- ListenAndServe(logging.NewNopLogger(), so, srv) }()
+	go func() { served <- Serve(logging.NewNopLogger(), lis, so, srv) }()
 	defer func() {
 		srv.Stop()
 		if err := <-served; err != nil {
-			t.Errorf("ListenAndServe(...): %v", err)
+			t.Errorf("Serve(...): %v", err)
 		}
 	}()
 	conn := dial(t, addr)
@@ -331,5 +335,57 @@ func TestMaxConcurrentStreams(t *testing.T) {
 	}
 	if most := fn.most; most != 1 {
 		t.Errorf("at most %d calls were in the function at once, want 1", most)
+	}
+}
+
+// TestListenHeld: an address another process holds is refused before
+// anything is served, naming its flag, and nothing is left listening.
+func TestListenHeld(t *testing.T) {
+	held, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	cases := map[string]struct {
+		reason        string
+		grpc, metrics string
+		want          string
+	}{
+		"MetricsHeld": {
+			reason:  "A metrics port in use stopped only the metrics server, which said so in one line; it is a bad flag.",
+			grpc:    freeAddress(t),
+			metrics: held.Addr().String(),
+			want:    `cannot listen for metrics at --metrics-address "` + held.Addr().String() + `"`,
+		},
+		"GRPCHeld": {
+			reason:  "A gRPC port in use names --address.",
+			grpc:    held.Addr().String(),
+			metrics: freeAddress(t),
+			want:    `cannot listen for tcp connections at --address "` + held.Addr().String() + `"`,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			so, err := Options(function.Listen("tcp", tc.grpc), function.Insecure(true), function.WithMetricsServer(tc.metrics))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = Listen(so)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%s\nListen(...): want an error containing %q, got %v", tc.reason, tc.want, err)
+			}
+			// The address that was free is free again.
+			for _, addr := range []string{tc.grpc, tc.metrics} {
+				if addr == held.Addr().String() {
+					continue
+				}
+				l, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", addr)
+				if err != nil {
+					t.Errorf("%s\nafter Listen failed, %s is still held: %v", tc.reason, addr, err)
+					continue
+				}
+				_ = l.Close()
+			}
+		})
 	}
 }
