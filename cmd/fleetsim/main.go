@@ -80,6 +80,14 @@ func main() {
 		}
 		defer stop()
 	}
+	// The output directory is made before the runs, which take an hour or
+	// more for -large: one that cannot be made fails now, not after them.
+	if o.out != "" {
+		if err := os.MkdirAll(o.out, 0o755); err != nil { //nolint:gosec // Documentation, as write says.
+			fmt.Fprintln(os.Stderr, "fleetsim: cannot make -out:", err)
+			os.Exit(1)
+		}
+	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "fleetsim:", err)
 		os.Exit(1) //nolint:gocritic // The profile of a failed run is not wanted.
