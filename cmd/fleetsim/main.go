@@ -72,14 +72,6 @@ func main() {
 	flag.StringVar(&o.sizing, "sizing", "v0.3", "what the scenarios' pods request: v0.3 (no cpu or memory, as Modelplane v0.3 composes them) or per-gpu (2 cores and 8Gi plus 2 cores and 24Gi per GPU, Modelplane's open proposal); a trace's pods request their own, and a scenario about cpu its own")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Parse()
-	if *cpuprofile != "" {
-		stop, err := profile(*cpuprofile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "fleetsim:", err)
-			os.Exit(1)
-		}
-		defer stop()
-	}
 	// The output directory is made before the runs, which take an hour or
 	// more for -large: one that cannot be made fails now, not after them.
 	if o.out != "" {
@@ -87,6 +79,14 @@ func main() {
 			fmt.Fprintln(os.Stderr, "fleetsim: cannot make -out:", err)
 			os.Exit(1)
 		}
+	}
+	if *cpuprofile != "" {
+		stop, err := profile(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fleetsim:", err)
+			os.Exit(1)
+		}
+		defer stop()
 	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "fleetsim:", err)
