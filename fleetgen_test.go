@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
+
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -199,14 +201,14 @@ func (g *fleetGen) pool(name string) v1alpha1.GPUPool {
 			age = -time.Duration(g.n(700)) * time.Second
 		}
 		observed := int64(g.n(int(nodes) + 2))
-		var buckets []fx.Bucket
+		var buckets []agentv1alpha1.Bucket
 		left := observed
 		for left > 0 && g.p(0.8) {
 			k := int64(1 + g.n(int(left)))
 			b := fx.NodesFree(k, devs[0].Name, int64(g.n(int(perNode)+1)))
 			if g.usable && !devs[0].IsDRA() {
 				// A valid report lists only devices claimed through DRA.
-				b = fx.Bucket{Nodes: k, Free: []fx.Free{}}
+				b = agentv1alpha1.Bucket{Nodes: k, Free: []agentv1alpha1.Free{}}
 			}
 			buckets = append(buckets, b)
 			left -= k

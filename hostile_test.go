@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
@@ -453,13 +455,13 @@ func widePools(t *testing.T, pools, kinds, buckets int) []byte {
 	for k := range kinds {
 		ds = append(ds, fx.GPU(fmt.Sprintf("d%d", k), 8, "80Gi"))
 	}
-	bs := make([]fx.Bucket, 0, buckets)
+	bs := make([]agentv1alpha1.Bucket, 0, buckets)
 	for b := range buckets {
-		free := make([]fx.Free, 0, kinds)
+		free := make([]agentv1alpha1.Free, 0, kinds)
 		for k := range kinds {
-			free = append(free, fx.Free{Name: fmt.Sprintf("d%d", k), Count: int64((b + k) % 9)})
+			free = append(free, agentv1alpha1.Free{Name: fmt.Sprintf("d%d", k), Count: int64((b + k) % 9)})
 		}
-		bs = append(bs, fx.Bucket{Nodes: 1, Free: free})
+		bs = append(bs, agentv1alpha1.Bucket{Nodes: 1, Free: free})
 	}
 	pool := wiretest.Marshalled(t, mustStruct(fx.Pool("p", int64(buckets)).Devices(ds...).Observed(benchNow.Add(-30*time.Second), int64(buckets), bs...).Obj()))
 	list := make([][]byte, 0, pools)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
+
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -32,7 +34,7 @@ type nodeWrapper struct{ corev1.Node }
 
 func node(name string) *nodeWrapper {
 	return &nodeWrapper{corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{PoolLabel: h100}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelPool: h100}},
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
 			{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse},
 			{Type: corev1.NodeReady, Status: corev1.ConditionTrue},
@@ -54,7 +56,7 @@ func (w *nodeWrapper) taint(key string, effect corev1.TaintEffect) *nodeWrapper 
 	return w
 }
 
-func (w *nodeWrapper) pool(name string) *nodeWrapper { w.Labels[PoolLabel] = name; return w }
+func (w *nodeWrapper) pool(name string) *nodeWrapper { w.Labels[v1alpha1.LabelPool] = name; return w }
 
 func (w *nodeWrapper) obj() *corev1.Node { return w.DeepCopy() }
 
@@ -251,10 +253,10 @@ func gpuPool(devices ...v1alpha1.Device) Pool {
 
 // buckets is a histogram, written compactly: nodes, then name and count
 // pairs.
-func bucket(nodes int64, free ...any) Bucket {
-	b := Bucket{Nodes: nodes, Free: []Free{}}
+func bucket(nodes int64, free ...any) agentv1alpha1.Bucket {
+	b := agentv1alpha1.Bucket{Nodes: nodes, Free: []agentv1alpha1.Free{}}
 	for i := 0; i+1 < len(free); i += 2 {
-		b.Free = append(b.Free, Free{Name: free[i].(string), Count: int64(free[i+1].(int))})
+		b.Free = append(b.Free, agentv1alpha1.Free{Name: free[i].(string), Count: int64(free[i+1].(int))})
 	}
 	return b
 }

@@ -61,7 +61,7 @@
 //     in whole seconds, is before observedAt. Kept to the fraction, a sync
 //     at 20:06:00.5 would count a pod bound after it, at 20:06:00.7, which
 //     reads 20:06:00.
-//   - More than MaxBuckets distinct free counts are merged, two groups of
+//   - More than poolreport.MaxBuckets distinct free counts are merged, two groups of
 //     nodes at a time, into one whose free counts are the smaller of
 //     theirs, device by device, the pair that hides the fewest devices
 //     first: a merged report never fits a pod on more nodes than there are.

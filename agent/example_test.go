@@ -43,7 +43,7 @@ func ExamplePoolReport() {
 	}
 	for _, name := range []string{"node-a", "node-b"} {
 		n := &corev1.Node{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{agent.PoolLabel: "h100"}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelPool: "h100"}},
 			Spec:       corev1.NodeSpec{Unschedulable: name == "node-b"},
 			Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/observation"
+	"github.com/modelplaneai/fleet-scheduler/poolreport"
 )
 
 // fuzzView is what the fuzzer varies: a pool's devices and the cluster's
@@ -54,7 +55,7 @@ func FuzzPoolReport(f *testing.F) {
 		if err != nil {
 			return
 		}
-		p := v1alpha1.GPUPool{Name: h100, Nodes: new(int64(MaxCount)), Devices: fv.Devices}
+		p := v1alpha1.GPUPool{Name: h100, Nodes: new(int64(poolreport.MaxCount)), Devices: fv.Devices}
 		r.Fill(&p)
 		if _, verdict := observation.Pool(&p, syncedAt.Add(time.Second), time.Minute); verdict.State != observation.Usable {
 			t.Fatalf("the report is not usable: %s\n%+v", verdict.Reason(), r)

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/modelplaneai/fleet-scheduler/poolreport"
 )
 
 func TestMerge(t *testing.T) {
@@ -79,7 +81,7 @@ func TestMergeNeverOverReports(t *testing.T) {
 		kinds := 1 + rng.IntN(3)
 		maxFree := 1 + rng.IntN(8)
 		truth := randomGroups(rng, kinds, maxFree, 1+rng.IntN(250))
-		limit := 1 + rng.IntN(MaxBuckets)
+		limit := 1 + rng.IntN(poolreport.MaxBuckets)
 		got := merge(truth, limit)
 
 		where := fmt.Sprintf("run %d: %d groups of %d kinds, up to %d free, into %d", run, len(truth), kinds, maxFree, limit)

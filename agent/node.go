@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"time"
 
+	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/poolreport"
+
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -26,7 +29,7 @@ type NodeFree struct {
 	// Free is the node's free count of each DRA device of the pool, in
 	// the pool's published order, zeros included (Counter.Devices names
 	// them). Nil when the node is left out.
-	Free []Free
+	Free []agentv1alpha1.Free
 }
 
 // NodeView is what one node's count depends on: the Node, and the
@@ -86,7 +89,7 @@ func (c *Counter) Devices() []string {
 }
 
 // Selects reports whether the node is one of the pool's: whether its
-// labels match Pool.Nodes (by default, PoolLabel=Pool.Name).
+// labels match Pool.Nodes (by default, v1alpha1.LabelPool=Pool.Name).
 func (c *Counter) Selects(n *corev1.Node) bool {
 	return n != nil && c.sel.Matches(labels.Set(n.Labels))
 }
@@ -169,15 +172,15 @@ func (c *counter) node(ctx context.Context, n *corev1.Node, tolerations []corev1
 	if err != nil {
 		return NodeFree{}, err
 	}
-	out := NodeFree{Node: n.Name, Free: make([]Free, len(free))}
+	out := NodeFree{Node: n.Name, Free: make([]agentv1alpha1.Free, len(free))}
 	for k, d := range c.devices {
-		out.Free[k] = Free{Name: d.name, Count: free[k]}
+		out.Free[k] = agentv1alpha1.Free{Name: d.name, Count: free[k]}
 	}
 	return out, nil
 }
 
 // histogramOf groups the nodes' counts, which are of the devices in order, into
-// buckets: the histogram of the nodes left in, merged to MaxBuckets.
+// buckets: the histogram of the nodes left in, merged to poolreport.MaxBuckets.
 func histogramOf(devices []poolDevice, nodes []NodeFree, syncedAt time.Time) Report {
 	var groups []group
 	byFree := map[string]int{}
@@ -207,7 +210,7 @@ func histogramOf(devices []poolDevice, nodes []NodeFree, syncedAt time.Time) Rep
 		groups = append(groups, group{free: free, nodes: 1})
 	}
 	slices.SortFunc(groups, func(a, b group) int { return compareFree(a.free, b.free) })
-	groups = merge(groups, MaxBuckets)
+	groups = merge(groups, poolreport.MaxBuckets)
 
 	r := Report{
 		ObservedNodes: int64(len(nodes)),
@@ -217,14 +220,14 @@ func histogramOf(devices []poolDevice, nodes []NodeFree, syncedAt time.Time) Rep
 		// sync at 12:00:00.5, reads as bound at 12:00:00: not before
 		// 12:00:00, so it is still charged, as it must be.
 		ObservedAt:         syncedAt.UTC().Truncate(time.Second),
-		NodesByFreeDevices: make([]Bucket, 0, len(groups)),
+		NodesByFreeDevices: make([]agentv1alpha1.Bucket, 0, len(groups)),
 		LeftOut:            leftOut,
 	}
 	for _, g := range groups {
-		b := Bucket{Nodes: g.nodes, Free: []Free{}}
+		b := agentv1alpha1.Bucket{Nodes: g.nodes, Free: []agentv1alpha1.Free{}}
 		for k, d := range devices {
 			if g.free[k] > 0 {
-				b.Free = append(b.Free, Free{Name: d.name, Count: g.free[k]})
+				b.Free = append(b.Free, agentv1alpha1.Free{Name: d.name, Count: g.free[k]})
 			}
 		}
 		r.NodesByFreeDevices = append(r.NodesByFreeDevices, b)

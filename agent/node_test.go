@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
+
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -141,7 +143,7 @@ func TestNodeFree(t *testing.T) {
 				ResourceSlices: resourceSlices(gpuSlice("n1", 8)),
 				ResourceClaims: claims(claim("a").allocated(gpuDriver, "n1", "gpu-0", "gpu-1", "gpu-2")),
 			}},
-			want: NodeFree{Node: "n1", Free: []Free{{Name: "gpu", Count: 5}, {Name: "nic", Count: 0}}},
+			want: NodeFree{Node: "n1", Free: []agentv1alpha1.Free{{Name: "gpu", Count: 5}, {Name: "nic", Count: 0}}},
 		},
 		"OtherClaimsIgnored": {
 			reason: "A claim holding devices of another node's resource pool holds none of this one's.",
@@ -150,7 +152,7 @@ func TestNodeFree(t *testing.T) {
 				ResourceSlices: resourceSlices(gpuSlice("n1", 8)),
 				ResourceClaims: claims(claim("a").allocated(gpuDriver, "n2", "gpu-0")),
 			}},
-			want: NodeFree{Node: "n1", Free: []Free{{Name: "gpu", Count: 8}, {Name: "nic", Count: 0}}},
+			want: NodeFree{Node: "n1", Free: []agentv1alpha1.Free{{Name: "gpu", Count: 8}, {Name: "nic", Count: 0}}},
 		},
 		"Cordoned": {
 			reason: "A cordoned node is left out, with no counts.",
@@ -192,7 +194,7 @@ func TestCounterErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	n1 := node("n1").obj()
-	counted := NodeFree{Node: "n1", Free: []Free{{Name: "gpu", Count: 8}}}
+	counted := NodeFree{Node: "n1", Free: []agentv1alpha1.Free{{Name: "gpu", Count: 8}}}
 	cases := map[string]struct {
 		reason string
 		run    func() error
@@ -235,7 +237,7 @@ func TestCounterErrors(t *testing.T) {
 		"WrongDevices": {
 			reason: "Counts of other devices than the pool's are refused.",
 			run: func() error {
-				_, err := c.Report([]NodeFree{{Node: "n1", Free: []Free{{Name: "nic", Count: 1}}}}, syncedAt)
+				_, err := c.Report([]NodeFree{{Node: "n1", Free: []agentv1alpha1.Free{{Name: "nic", Count: 1}}}}, syncedAt)
 				return err
 			},
 			want: `pool h100: Node n1: free[0] is of "nic", want "gpu"`,
@@ -243,7 +245,7 @@ func TestCounterErrors(t *testing.T) {
 		"TooMany": {
 			reason: "A count above the pool's per-node count is refused.",
 			run: func() error {
-				_, err := c.Report([]NodeFree{{Node: "n1", Free: []Free{{Name: "gpu", Count: 9}}}}, syncedAt)
+				_, err := c.Report([]NodeFree{{Node: "n1", Free: []agentv1alpha1.Free{{Name: "gpu", Count: 9}}}}, syncedAt)
 				return err
 			},
 			want: "pool h100: Node n1: free[gpu]: 9 is not between 0 and the per-node count 8",

@@ -11,21 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
-)
-
-// PoolLabel is the Node label that names the pool a node belongs to, as
-// docs/scheduling.md asks operators to label them (modelplane.ai/pool=<name>).
-const PoolLabel = "modelplane.ai/pool"
-
-// Limits of a report, from the InferenceCluster schema the function reads it
-// against (deploy/inferenceclusters.yaml, docs/spec.md#pool-reports).
-const (
-	// MaxBuckets is the most buckets nodesByFreeDevices may hold.
-	MaxBuckets = 64
-	// MaxFreePerBucket is the most devices one bucket may list.
-	MaxFreePerBucket = 16
-	// MaxCount is the largest count the function reads.
-	MaxCount = 1 << 20
+	"github.com/modelplaneai/fleet-scheduler/poolreport"
 )
 
 // Pool describes one GPU pool of the cluster: which Nodes are its own and
@@ -35,7 +21,7 @@ type Pool struct {
 	Name string
 
 	// Nodes selects the pool's Nodes. Nil selects those labelled
-	// PoolLabel=Name.
+	// v1alpha1.LabelPool=Name.
 	Nodes labels.Selector
 
 	// Devices are the pool's devices as published in
@@ -72,7 +58,7 @@ func (p Pool) selector() labels.Selector {
 	if p.Nodes != nil {
 		return p.Nodes
 	}
-	return labels.SelectorFromSet(labels.Set{PoolLabel: p.Name})
+	return labels.SelectorFromSet(labels.Set{v1alpha1.LabelPool: p.Name})
 }
 
 // devices checks the pool's description and returns its DRA devices, in
@@ -110,13 +96,13 @@ func (p Pool) devices() ([]poolDevice, error) {
 		if d.Count != nil {
 			count = *d.Count
 		}
-		if count < 0 || count > MaxCount {
-			return nil, fmt.Errorf("%s.count: %d is not between 0 and %d", field, count, MaxCount)
+		if count < 0 || count > poolreport.MaxCount {
+			return nil, fmt.Errorf("%s.count: %d is not between 0 and %d", field, count, poolreport.MaxCount)
 		}
 		out = append(out, poolDevice{name: d.Name, driver: d.Driver, class: d.DeviceClassName, count: count, probe: probe(d)})
 	}
-	if len(out) > MaxFreePerBucket {
-		return nil, fmt.Errorf("devices: %d DRA devices, more than the %d a bucket can list", len(out), MaxFreePerBucket)
+	if len(out) > poolreport.MaxFreePerBucket {
+		return nil, fmt.Errorf("devices: %d DRA devices, more than the %d a bucket can list", len(out), poolreport.MaxFreePerBucket)
 	}
 	return out, nil
 }

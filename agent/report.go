@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
+
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -47,26 +49,13 @@ type Report struct {
 	// ObservedAt is View.SyncedAt in UTC, rounded down to the second.
 	ObservedAt time.Time `json:"observedAt"`
 	// NodesByFreeDevices are the nodes a new pod could land on, grouped by
-	// their free devices: at most MaxBuckets, most free first.
-	NodesByFreeDevices []Bucket `json:"nodesByFreeDevices"`
+	// their free devices: at most poolreport.MaxBuckets, most free first.
+	NodesByFreeDevices []agentv1alpha1.Bucket `json:"nodesByFreeDevices"`
 
 	// LeftOut says, by node name, why each of the pool's nodes that a new
 	// pod could not land on is not in the histogram: for the agent's logs,
 	// never published.
 	LeftOut map[string]string `json:"-"`
-}
-
-// Bucket is how many nodes have exactly the free devices it lists. A pool
-// device it does not list has none free on them.
-type Bucket struct {
-	Nodes int64  `json:"nodes"`
-	Free  []Free `json:"free"`
-}
-
-// Free is how many devices of one pool device (by name) a node has free.
-type Free struct {
-	Name  string `json:"name"`
-	Count int64  `json:"count"`
 }
 
 // PoolReport computes the pool's report from the view, as docs/spec.md#computing-a-pool-report

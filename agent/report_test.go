@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
+
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -32,9 +34,9 @@ func report(t *testing.T, pool Pool, v View) Report {
 }
 
 // histogram is a report of observed nodes and the buckets, at syncedAt.
-func histogram(observed int64, b ...Bucket) Report {
+func histogram(observed int64, b ...agentv1alpha1.Bucket) Report {
 	if b == nil {
-		b = []Bucket{}
+		b = []agentv1alpha1.Bucket{}
 	}
 	return Report{ObservedNodes: observed, ObservedAt: syncedAt, NodesByFreeDevices: b}
 }
@@ -109,7 +111,7 @@ func TestNodesInTheHistogram(t *testing.T) {
 		"ASelectorPicksTheNodes": {
 			reason: "A pool's own selector replaces the pool label.",
 			args: args{
-				pool:  Pool{Name: h100, Nodes: labels.SelectorFromSet(labels.Set{PoolLabel: "l4"}), Devices: gpuPool().Devices},
+				pool:  Pool{Name: h100, Nodes: labels.SelectorFromSet(labels.Set{v1alpha1.LabelPool: "l4"}), Devices: gpuPool().Devices},
 				nodes: []*nodeWrapper{node("n1"), node("n2").pool("l4")},
 			},
 			want: histogram(1, bucket(1, "gpu", 8)),

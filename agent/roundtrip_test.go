@@ -16,6 +16,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/observation"
+	"github.com/modelplaneai/fleet-scheduler/poolreport"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
@@ -58,10 +59,10 @@ func TestReportIsUsable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.NodesByFreeDevices) > MaxBuckets {
-		t.Fatalf("%d buckets, more than %d", len(r.NodesByFreeDevices), MaxBuckets)
+	if len(r.NodesByFreeDevices) > poolreport.MaxBuckets {
+		t.Fatalf("%d buckets, more than %d", len(r.NodesByFreeDevices), poolreport.MaxBuckets)
 	}
-	if distinct := distinctFree(truth); distinct <= MaxBuckets {
+	if distinct := distinctFree(truth); distinct <= poolreport.MaxBuckets {
 		t.Fatalf("the fixture has %d distinct free counts: nothing to merge", distinct)
 	}
 

@@ -6,31 +6,24 @@
 package observation
 
 import (
-	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
 	"time"
+
+	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/poolreport"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
-)
-
-// Limits of a report, from the schema the agent publishes against.
-const (
-	maxBuckets       = 64
-	maxFreePerBucket = 16
-	maxCount         = scheduling.MaxCount
 )
 
 // The fields of a status.gpuPools[] entry that hold the agent's report. A
 // reader of InferenceClusters passes them on, decoded and unjudged, in
 // GPUPool's ObservedNodes, ObservedAt and NodesByFreeDevices.
 const (
-	FieldObservedNodes      = "observedNodes"
-	FieldObservedAt         = "observedAt"
-	FieldNodesByFreeDevices = "nodesByFreeDevices"
+	FieldObservedNodes      = agentv1alpha1.FieldObservedNodes
+	FieldObservedAt         = agentv1alpha1.FieldObservedAt
+	FieldNodesByFreeDevices = agentv1alpha1.FieldNodesByFreeDevices
 )
 
 // State is whether a pool's report can be used for free-device accounting.
@@ -195,24 +188,28 @@ func readPool(p *v1alpha1.GPUPool) poolReading {
 		r.report = invalid(r.report, FieldObservedAt, "not a string")
 		return r
 	}
-	observedAt, err := ParseTime(at)
+	observedAt, err := poolreport.ParseTime(at)
 	if err != nil {
 		r.report = invalid(r.report, FieldObservedAt, fmt.Sprintf("%q is not an RFC 3339 time", at))
 		return r
 	}
 	r.decided, r.published, r.observedAt = false, at, observedAt
 
-	observedNodes, defect := count(p.ObservedNodes)
+	observedNodes, defect := poolreport.Count(p.ObservedNodes)
 	if defect != "" {
 		rep := invalid(r.report, FieldObservedNodes, defect)
 		r.defect = &rep
 		return r
 	}
-	buckets, field, defect := buckets(p, observedNodes)
+	read, field, defect := poolreport.Histogram(p.NodesByFreeDevices, p.Devices, observedNodes)
 	if defect != "" {
 		rep := invalid(r.report, field, defect)
 		r.defect = &rep
 		return r
+	}
+	buckets := make([]scheduling.Bucket, len(read))
+	for i, b := range read {
+		buckets[i] = scheduling.Bucket{Nodes: b.Nodes, Free: b.Free}
 	}
 	r.observation = &scheduling.PoolObservation{ObservedAt: observedAt, ObservedNodes: observedNodes, Buckets: buckets}
 	return r
@@ -241,129 +238,4 @@ func (r poolReading) at(now time.Time, maxAge time.Duration) (*scheduling.PoolOb
 func invalid(rep PoolReport, field, defect string) PoolReport {
 	rep.State, rep.Defect = Invalid, field+": "+defect
 	return rep
-}
-
-// count reads a non-negative whole number no larger than maxCount.
-func count(v any) (int64, string) {
-	var f float64
-	switch n := v.(type) {
-	case nil:
-		return 0, "missing"
-	case float64:
-		f = n
-	case int64:
-		f = float64(n)
-	case int:
-		f = float64(n)
-	default:
-		return 0, fmt.Sprintf("%s is not a number", render(v))
-	}
-	switch {
-	case f != math.Trunc(f):
-		return 0, fmt.Sprintf("%v is not a whole number", f)
-	case f < 0:
-		return 0, fmt.Sprintf("%v is negative", f)
-	case f > maxCount:
-		return 0, fmt.Sprintf("%v is more than %d", f, maxCount)
-	}
-	return int64(f), ""
-}
-
-// render shows a value as the JSON it came from, keys in order, for a
-// finding that quotes it.
-func render(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Sprint(v)
-	}
-	return string(b)
-}
-
-// notBuckets is the defect of a histogram that is not a list of buckets.
-const notBuckets = "not a list of {nodes, free} buckets"
-
-// buckets reads and validates the histogram against the pool's devices. It
-// returns the field and defect of the first problem found.
-func buckets(p *v1alpha1.GPUPool, observedNodes int64) ([]scheduling.Bucket, string, string) {
-	list, ok := p.NodesByFreeDevices.([]any)
-	if !ok {
-		return nil, FieldNodesByFreeDevices, notBuckets
-	}
-	if len(list) > maxBuckets {
-		return nil, FieldNodesByFreeDevices, fmt.Sprintf("%d buckets, more than %d", len(list), maxBuckets)
-	}
-	out := make([]scheduling.Bucket, 0, len(list))
-	var total int64
-	for bi, v := range list {
-		b, field, defect := bucket(v, p.Devices)
-		if defect != "" {
-			if field == "" {
-				return nil, FieldNodesByFreeDevices, defect
-			}
-			return nil, fmt.Sprintf("%s[%d].%s", FieldNodesByFreeDevices, bi, field), defect
-		}
-		total += b.Nodes
-		out = append(out, b)
-	}
-	if total > observedNodes {
-		return nil, FieldNodesByFreeDevices, fmt.Sprintf("buckets hold %d nodes, more than observedNodes %d", total, observedNodes)
-	}
-	return out, "", ""
-}
-
-// bucket reads one bucket of the histogram. It returns the field, relative
-// to the bucket (empty when the histogram as a whole is malformed), and
-// defect of the first problem found.
-func bucket(v any, devices []v1alpha1.Device) (scheduling.Bucket, string, string) {
-	fields, isObject := v.(map[string]any)
-	free, isList := fields["free"].([]any)
-	if (!isObject && v != nil) || (!isList && fields["free"] != nil) {
-		return scheduling.Bucket{}, "", notBuckets
-	}
-	nodes, defect := count(fields["nodes"])
-	if defect != "" {
-		return scheduling.Bucket{}, "nodes", defect
-	}
-	if len(free) > maxFreePerBucket {
-		return scheduling.Bucket{}, "free", fmt.Sprintf("%d devices, more than %d", len(free), maxFreePerBucket)
-	}
-	b := scheduling.Bucket{Nodes: nodes, Free: make(map[string]int64, len(free))}
-	for fi, fv := range free {
-		ff, isObject := fv.(map[string]any)
-		if !isObject && fv != nil {
-			return scheduling.Bucket{}, "", notBuckets
-		}
-		// The field is named only when it is wrong: this runs for every
-		// bucket of every pool of the fleet.
-		field := func(sub string) string { return "free[" + strconv.Itoa(fi) + "]." + sub }
-		name, _ := ff["name"].(string)
-		if name == "" {
-			return scheduling.Bucket{}, field("name"), "not a device name"
-		}
-		// The first device of a name is the one, as everywhere a pool's
-		// devices are looked up by name.
-		di := slices.IndexFunc(devices, func(d v1alpha1.Device) bool { return d.Name == name })
-		switch {
-		case di < 0:
-			return scheduling.Bucket{}, field("name"), fmt.Sprintf("pool has no device %q", name)
-		case !devices[di].IsDRA():
-			return scheduling.Bucket{}, field("name"), fmt.Sprintf("device %q is not claimed through DRA", name)
-		}
-		if _, dup := b.Free[name]; dup {
-			return scheduling.Bucket{}, field("name"), fmt.Sprintf("device %q is listed twice", name)
-		}
-		n, defect := count(ff["count"])
-		if defect != "" {
-			return scheduling.Bucket{}, field("count"), defect
-		}
-		perNode := int64(0)
-		if c := devices[di].Count; c != nil {
-			perNode = *c
-		}
-		if n > perNode {
-			return scheduling.Bucket{}, field("count"), fmt.Sprintf("%d free %s is more than the %d a node has", n, name, perNode)
-		}
-		b.Free[name] = n
-	}
-	return b, "", ""
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
@@ -366,7 +368,7 @@ func TestPool(t *testing.T) {
 		"UnknownDevice": {
 			reason: "A free device the pool does not publish is invalid.",
 			args: args{
-				pool: l4().Observed(now, 1, fixture.Bucket{Nodes: 1, Free: []fixture.Free{{Name: "gpu", Count: 1}, {Name: "tpu", Count: 1}}}).Obj(),
+				pool: l4().Observed(now, 1, agentv1alpha1.Bucket{Nodes: 1, Free: []agentv1alpha1.Free{{Name: "gpu", Count: 1}, {Name: "tpu", Count: 1}}}).Obj(),
 				now:  now, maxAge: maxAge,
 			},
 			want: want{rep: PoolReport{
@@ -393,7 +395,7 @@ func TestPool(t *testing.T) {
 		"DuplicateDevice": {
 			reason: "A device listed twice in one bucket has two free counts; neither can be trusted.",
 			args: args{
-				pool: l4().Observed(now, 1, fixture.Bucket{Nodes: 1, Free: []fixture.Free{{Name: "gpu", Count: 1}, {Name: "gpu", Count: 2}}}).Obj(),
+				pool: l4().Observed(now, 1, agentv1alpha1.Bucket{Nodes: 1, Free: []agentv1alpha1.Free{{Name: "gpu", Count: 1}, {Name: "gpu", Count: 2}}}).Obj(),
 				now:  now, maxAge: maxAge,
 			},
 			want: want{rep: PoolReport{

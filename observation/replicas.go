@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/poolreport"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
@@ -115,7 +116,7 @@ func readConditions(o *v1alpha1.ModelReplica) (conditions, string) {
 			defect = fmt.Sprintf("status.conditions[%d].lastTransitionTime: not a string", i)
 			continue
 		}
-		t, err := ParseTime(s)
+		t, err := poolreport.ParseTime(s)
 		if err != nil {
 			defect = fmt.Sprintf("status.conditions[%d].lastTransitionTime: %q is not an RFC 3339 time", i, s)
 			continue

@@ -1,6 +1,10 @@
 package scheduling
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/modelplaneai/fleet-scheduler/nodeorder"
+)
 
 // nodeGroup is a number of nodes with exactly the same free devices, one
 // count per pool device. Under whole-node accounting a node has one
@@ -85,54 +89,19 @@ func (l *poolLedger) pick(c []int64, b Binding) int {
 	best := -1
 	for i := range l.groups {
 		g := &l.groups[i]
-		if g.count == 0 || !covers(g.free, c) {
+		if g.count == 0 || !nodeorder.Covers(g.free, c) {
 			continue
 		}
 		if best < 0 {
 			best = i
 			continue
 		}
-		cmp := compareFree(g.free, l.groups[best].free, c)
+		cmp := nodeorder.Compare(g.free, l.groups[best].free, c)
 		if (b == LeastFree && cmp < 0) || (b != LeastFree && cmp > 0) {
 			best = i
 		}
 	}
 	return best
-}
-
-// compareFree orders two nodes by their free counts of the claimed device
-// kinds, in the pool's device order, then of all kinds.
-func compareFree(a, b, claim []int64) int {
-	for i := range claim {
-		if claim[i] > 0 && a[i] != b[i] {
-			return cmpInt(a[i], b[i])
-		}
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return cmpInt(a[i], b[i])
-		}
-	}
-	return 0
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func covers(free, c []int64) bool {
-	for i := range c {
-		if free[i] < c[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // move is one node of a pool going from one set of free devices to another.
@@ -198,7 +167,7 @@ func (l *poolLedger) reserveGang(claims [][]int64, b Binding) ([]move, bool) {
 func (l *poolLedger) nodesWith(c []int64) int64 {
 	var n int64
 	for _, g := range l.groups {
-		if covers(g.free, c) {
+		if nodeorder.Covers(g.free, c) {
 			n += g.count
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
@@ -274,7 +276,7 @@ func TestReserveEngineThenUndo(t *testing.T) {
 	pools := map[string]v1alpha1.GPUPool{
 		"FreeDevice": fx.Pool("p", 6).Devices(fx.GPU("gpu", 8, "80Gi"), fx.GPU("mig", 2, "10Gi")).
 			Observed(ledgerAt, 5, fx.NodesFree(2, "gpu", 8), fx.NodesFree(1, "gpu", 3),
-				fx.Bucket{Nodes: 1, Free: []fx.Free{{Name: "gpu", Count: 4}, {Name: "mig", Count: 1}}}).Obj(),
+				agentv1alpha1.Bucket{Nodes: 1, Free: []agentv1alpha1.Free{{Name: "gpu", Count: 4}, {Name: "mig", Count: 1}}}).Obj(),
 		"WholeNode": fx.Pool("p", 6).Devices(fx.GPU("gpu", 8, "80Gi")).Obj(),
 	}
 	engines := [][][][]int64{
@@ -468,7 +470,7 @@ func TestLedgerAfterPass(t *testing.T) {
 				fx.Member(v1alpha1.RoleStandalone, 0, fx.Request("nvme", 1, `device.driver == "nvme.example.com"`)),
 			}}).Obj(),
 			pools: []v1alpha1.GPUPool{fx.Pool("p", 1).Devices(fx.GPU("gpu", 8, "80Gi"), nvme(4)).
-				Observed(ledgerAt, 1, fx.Bucket{Nodes: 1, Free: []fx.Free{{Name: "gpu", Count: 8}, {Name: "nvme", Count: 4}}}).Obj()},
+				Observed(ledgerAt, 1, agentv1alpha1.Bucket{Nodes: 1, Free: []agentv1alpha1.Free{{Name: "gpu", Count: 8}, {Name: "nvme", Count: 4}}}).Obj()},
 			placed: 1,
 			want:   map[string]map[string]int64{"p": {"[6 2]": 1}},
 		},

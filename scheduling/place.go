@@ -1,6 +1,7 @@
 package scheduling
 
 import (
+	"cmp"
 	"slices"
 )
 
@@ -75,7 +76,7 @@ func (d demand) gangs() [][][]int64 {
 		if d.gang && len(g) > 0 {
 			// Biggest claims first, so a gang's large pods are not crowded
 			// out of the nodes that can take them by its small ones.
-			slices.SortStableFunc(g, func(a, b []int64) int { return cmpInt(sum(b), sum(a)) })
+			slices.SortStableFunc(g, func(a, b []int64) int { return cmp.Compare(sum(b), sum(a)) })
 			gangs = append(gangs, g)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/nodeorder"
 )
 
 // Objects: the fleet as Schedule reads it.
@@ -491,7 +492,7 @@ func distinctFit(nodes map[string]int64, gang [][]int64) bool {
 			return true
 		}
 		for j := range free {
-			if !usedNode[j] && covers(free[j], gang[i]) {
+			if !usedNode[j] && nodeorder.Covers(free[j], gang[i]) {
 				usedNode[j] = true
 				if try(i + 1) {
 					return true

@@ -58,7 +58,7 @@ const GPUDriver = "gpu.nvidia.com"
 
 // PoolLabel is the node label that says which pool a node is in, and pins
 // pods to a pool: the agent package's.
-const PoolLabel = agent.PoolLabel
+const PoolLabel = v1alpha1.LabelPool
 
 // ClusterSpec is a simulated InferenceCluster.
 type ClusterSpec struct {

@@ -83,7 +83,7 @@ func newReplica(c *simCluster, obj *v1alpha1.ModelReplica, deployment string, se
 		if err != nil {
 			return nil, fmt.Errorf("cannot make the pods of replica %s: %w", obj.Metadata.Name, err)
 		}
-		r.pods = append(r.pods, &pod{replica: r, pool: r.cluster.pool(cp.Pod.Spec.NodeSelector[composereplica.LabelPool]), claim: claim, kube: p})
+		r.pods = append(r.pods, &pod{replica: r, pool: r.cluster.pool(cp.Pod.Spec.NodeSelector[v1alpha1.LabelPool]), claim: claim, kube: p})
 		if o := cp.Owner; !owners[o.Kind+"/"+o.Name] {
 			owners[o.Kind+"/"+o.Name] = true
 			r.owners = append(r.owners, ownerOf(cp.Pod.Namespace, o))

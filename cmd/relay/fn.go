@@ -15,6 +15,7 @@ import (
 	"github.com/crossplane/function-sdk-go/response"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
 	"github.com/modelplaneai/fleet-scheduler/internal/relay"
 )
 
@@ -29,7 +30,6 @@ type Function struct {
 	log    logging.Logger
 	now    func() time.Time
 	margin time.Duration
-	maxAge time.Duration
 }
 
 // RunFunction relays for the XR of the call, an InferenceCluster or a
@@ -99,7 +99,11 @@ func (f *Function) replica(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		// Crossplane calls again once it has fetched the cluster.
 		return nil
 	}
-	in := relay.ReplicaInput{Replica: r, Composed: observedComposed(req), Now: f.now(), Margin: f.margin, MaxAge: f.maxAge}
+	maxAge, err := observationMaxAge(req.GetInput())
+	if err != nil {
+		return err
+	}
+	in := relay.ReplicaInput{Replica: r, Composed: observedComposed(req), Now: f.now(), Margin: f.margin, MaxAge: maxAge}
 	if items := got.GetItems(); len(items) > 0 {
 		in.Cluster = items[0].GetResource().AsMap()
 	}
@@ -114,6 +118,46 @@ func (f *Function) replica(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	}
 	f.log.Debug("Relayed PodsScheduled", "xr", name(xr), "status", out.Condition.Status, "reason", out.Condition.Reason, "ttl", rsp.GetMeta().GetTtl().AsDuration())
 	return nil
+}
+
+// observationMaxAge is how old the newest report of a replica's pools may
+// be for its PodsScheduled to be relayed: the observationMaxAge of the
+// relay step's input, which is fleet-scheduler's own Input kind, with the
+// function's default and bounds. One setting, read the same way by both
+// (docs/spec.md#the-relay): the Composition that holds the one holds the
+// other beside it.
+func observationMaxAge(input *structpb.Struct) (time.Duration, error) {
+	in := input.AsMap()
+	v, set := in["observationMaxAge"]
+	if len(in) == 0 {
+		return time.ParseDuration(v1beta1.DefaultObservationMaxAge)
+	}
+	apiVersion, _ := in["apiVersion"].(string)
+	kind, _ := in["kind"].(string)
+	if apiVersion != v1beta1.APIVersion || kind != v1beta1.Kind {
+		return 0, fmt.Errorf("cannot read the relay's input: it is a %s %s, want fleet-scheduler's %s %s", apiVersion, kind, v1beta1.APIVersion, v1beta1.Kind)
+	}
+	if !set {
+		return time.ParseDuration(v1beta1.DefaultObservationMaxAge)
+	}
+	s, _ := v.(string)
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("cannot read the relay's input: observationMaxAge: %v must be a duration such as 5m or 90s", render(v))
+	case d < v1beta1.MinObservationMaxAge || d > v1beta1.MaxObservationMaxAge:
+		return 0, fmt.Errorf("cannot read the relay's input: observationMaxAge: %s must be between %s and %s", s, v1beta1.MinObservationMaxAge, v1beta1.MaxObservationMaxAge)
+	}
+	return d, nil
+}
+
+// render shows a value of the input as the JSON it came from.
+func render(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
 }
 
 func name(xr map[string]any) string {

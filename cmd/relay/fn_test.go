@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -29,7 +31,7 @@ func st(t *testing.T, s string) *structpb.Struct {
 
 func fn() *Function {
 	now := time.Date(2026, 10, 20, 20, 6, 30, 0, time.UTC)
-	return &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, margin: 5 * time.Second, maxAge: 5 * time.Minute}
+	return &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, margin: 5 * time.Second}
 }
 
 func TestRunFunctionInferenceCluster(t *testing.T) {
@@ -156,5 +158,111 @@ func TestRunFunctionOtherKind(t *testing.T) {
 	r := rsp.GetResults()
 	if len(r) != 1 || r[0].GetSeverity() != fnv1.Severity_SEVERITY_FATAL || r[0].GetMessage() != "cannot relay for a example.org/v1 Other: the relay is a step of InferenceCluster and ModelReplica Compositions" {
 		t.Errorf("want one Fatal result naming the kind, got %v", r)
+	}
+}
+
+func TestObservationMaxAge(t *testing.T) {
+	type want struct {
+		d   time.Duration
+		err string
+	}
+	cases := map[string]struct {
+		reason string
+		input  string
+		want   want
+	}{
+		"NoInput": {
+			reason: "A step without input relays with the function's default.",
+			want:   want{d: 5 * time.Minute},
+		},
+		"NoField": {
+			reason: "fleet-scheduler's Input without observationMaxAge: the default.",
+			input:  `{apiVersion: scheduler.fn.modelplane.ai/v1beta1, kind: Input}`,
+			want:   want{d: 5 * time.Minute},
+		},
+		"Set": {
+			reason: "The relay reads the field as the function does.",
+			input:  `{apiVersion: scheduler.fn.modelplane.ai/v1beta1, kind: Input, observationMaxAge: 90m}`,
+			want:   want{d: 90 * time.Minute},
+		},
+		"OtherKind": {
+			reason: "An input of another kind is refused, named.",
+			input:  `{apiVersion: relay.example/v1, kind: Config, observationMaxAge: 5m}`,
+			want:   want{err: "cannot read the relay's input: it is a relay.example/v1 Config, want fleet-scheduler's scheduler.fn.modelplane.ai/v1beta1 Input"},
+		},
+		"NotADuration": {
+			reason: "A value that is not a duration is refused, quoted.",
+			input:  `{apiVersion: scheduler.fn.modelplane.ai/v1beta1, kind: Input, observationMaxAge: 300}`,
+			want:   want{err: "cannot read the relay's input: observationMaxAge: 300 must be a duration such as 5m or 90s"},
+		},
+		"TooShort": {
+			reason: "The function's bounds hold for the relay too.",
+			input:  `{apiVersion: scheduler.fn.modelplane.ai/v1beta1, kind: Input, observationMaxAge: 1m}`,
+			want:   want{err: "cannot read the relay's input: observationMaxAge: 1m must be between 3m0s and 24h0m0s"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var in *structpb.Struct
+			if tc.input != "" {
+				in = st(t, tc.input)
+			}
+			d, err := observationMaxAge(in)
+			got := want{d: d}
+			if err != nil {
+				got = want{err: err.Error()}
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("%s\nobservationMaxAge(...): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+// TestShippedCompositionsAgree holds the relay's step in the shipped
+// ModelReplica Composition to the function's in the example ModelDeployment
+// Composition: both judge a report's age by the same observationMaxAge.
+func TestShippedCompositionsAgree(t *testing.T) {
+	stepInput := func(path, function string) *structpb.Struct {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Clean(path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c struct {
+			Spec struct {
+				Pipeline []struct {
+					FunctionRef struct {
+						Name string `json:"name"`
+					} `json:"functionRef"`
+					Input map[string]any `json:"input"`
+				} `json:"pipeline"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal(b, &c); err != nil {
+			t.Fatalf("cannot read %s: %v", path, err)
+		}
+		for _, s := range c.Spec.Pipeline {
+			if s.FunctionRef.Name == function {
+				in, err := structpb.NewStruct(s.Input)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return in
+			}
+		}
+		t.Fatalf("%s: no step of function %s", path, function)
+		return nil
+	}
+	relayAge, err := observationMaxAge(stepInput("../../deploy/relay/modelreplicas-composition.yaml", "fleet-scheduler-relay"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fnAge, err := observationMaxAge(stepInput("../../example/composition.yaml", "fleet-scheduler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if relayAge != fnAge {
+		t.Errorf("the relay's observationMaxAge is %s, the function's %s: they must agree", relayAge, fnAge)
 	}
 }

@@ -26,9 +26,8 @@ type CLI struct {
 
 	MetricsAddress string `default:":8080" help:"Address at which to serve Prometheus metrics; empty serves none."`
 
-	ClockSkewMargin   time.Duration `default:"5s" help:"How far past the agent's time this clock must be before PodsScheduled turns True: at least 1s more than this clock may run ahead of Crossplane's (docs/spec.md#podsscheduled)."`
-	ObservationMaxAge time.Duration `default:"5m" help:"How old the newest report of a replica's pools may be for its PodsScheduled to be relayed; older, it is Unknown. Set it as fleet-scheduler's observationMaxAge."`
-	ClockOffset       time.Duration `default:"0s" help:"Added to this clock: for tests that skew it."                                                                                                        hidden:""`
+	ClockSkewMargin time.Duration `default:"5s" help:"How far past the agent's time this clock must be before PodsScheduled turns True: at least 1s more than this clock may run ahead of Crossplane's (docs/spec.md#podsscheduled)."`
+	ClockOffset     time.Duration `default:"0s" help:"Added to this clock: for tests that skew it."                                                                                                        hidden:""`
 }
 
 // Run the relay.
@@ -41,7 +40,6 @@ func (c *CLI) Run() error {
 		log:    log,
 		now:    func() time.Time { return time.Now().Add(c.ClockOffset) },
 		margin: c.ClockSkewMargin,
-		maxAge: c.ObservationMaxAge,
 	}
 	return function.Serve(fn,
 		function.Listen(c.Network, c.Address),

@@ -5,6 +5,8 @@
 package v1beta1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -37,6 +39,13 @@ const (
 	DefaultObservationMaxAge       = "5m"
 	DefaultAssumedBinding          = AssumedBindingMostFree
 	DefaultReplaceUnscheduledAfter = "15m"
+)
+
+// Bounds of ObservationMaxAge, which the function and the relay both
+// refuse an input outside of (internal/plan says why these).
+const (
+	MinObservationMaxAge = 3 * time.Minute
+	MaxObservationMaxAge = 24 * time.Hour
 )
 
 // Input configures how fleet-scheduler accounts for the capacity the cluster

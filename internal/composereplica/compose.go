@@ -19,8 +19,6 @@
 package composereplica
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -30,36 +28,12 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 )
 
-// Namespace is where v0.3 runs every replica's workloads in its workload
-// cluster (base.REMOTE_NAMESPACE).
-const Namespace = "default"
-
-// Labels v0.3 puts on the pods it composes, and the one its nodes carry.
-const (
-	// LabelPool pins a member's pods to its pool's nodes.
-	LabelPool = "modelplane.ai/pool"
-	// LabelServing is on every pod that serves the OpenAI API: a Standalone
-	// pod or a gang's leader. Its value is the replica's name.
-	LabelServing = "modelplane.ai/serving"
-	// LabelWorkload is on a Standalone engine's pods, its Deployment's
-	// selector. Its value is the engine's workload name (WorkloadName).
-	LabelWorkload = "modelplane.ai/workload"
-	// LabelLWSRole is on a gang's leader pods only.
-	LabelLWSRole = "modelplane.ai/lws-role"
-	// LabelLWSName is the label LeaderWorkerSet puts on every pod of a
-	// gang, leader and workers; v0.3 puts no label of its own on workers.
-	LabelLWSName = "leaderworkerset.sigs.k8s.io/name"
-)
-
 // Names of what compose-model-replica composes.
 const (
 	// PodClaimName is the pod-level claim of a claiming member's pods.
 	PodClaimName = "devices"
 	// EnginePort is where an engine serves the OpenAI API.
 	EnginePort = 8000
-	// GPUTaintKey is the taint v0.3's GPU node groups carry; every pod it
-	// composes for a pool tolerates it (NoSchedule, any value).
-	GPUTaintKey = "nvidia.com/gpu"
 	// AvailableCEL is the readiness query of a workload's Object: its
 	// Available condition True.
 	AvailableCEL = `has(object.status.conditions) && object.status.conditions.exists(c, c.type == "Available" && c.status == "True")`
@@ -112,31 +86,9 @@ func (s *Sizing) requests(devices int64) map[string]any {
 	return map[string]any{"cpu": cpu.String(), "memory": mem.String()}
 }
 
-// ChildName is Modelplane's name of a child object (the Python SDK's
-// resource.child_name): the parts joined with "-", cut to 57 characters,
-// then "-" and the first 5 hex characters of the SHA-256 of the joined
-// parts, so that it fits a DNS label.
-func ChildName(parts ...string) string {
-	full := strings.Join(parts, "-")
-	sum := sha256.Sum256([]byte(full))
-	return full[:min(len(full), 57)] + "-" + hex.EncodeToString(sum[:])[:5]
-}
-
-// WorkloadName is the name of an engine's Deployment or LeaderWorkerSet:
-// ChildName of the replica and the engine. A Standalone engine's pods carry
-// it as LabelWorkload, a gang's as LabelLWSName.
-func WorkloadName(replica, engine string) string { return ChildName(replica, engine) }
-
 // ClaimTemplateName is the name of a member's ResourceClaimTemplate.
 func ClaimTemplateName(replica, engine, role string) string {
-	return ChildName(replica, engine, strings.ToLower(role), PodClaimName)
-}
-
-// Gang says whether an engine runs as a LeaderWorkerSet: it has no
-// Standalone member (base.select_backend).
-func Gang(e v1alpha1.ReplicaEngine) bool {
-	_, ok := member(e, v1alpha1.RoleStandalone)
-	return !ok
+	return v1alpha1.ChildName(replica, engine, strings.ToLower(role), PodClaimName)
 }
 
 // memberTemplate is the curated pod template of a member, as the
@@ -182,7 +134,7 @@ func Compose(r *v1alpha1.ModelReplica, opts Options) ([]Resource, error) {
 	for _, e := range r.Spec.Engines {
 		var rs []Resource
 		var err error
-		if Gang(e) {
+		if e.Gang() {
 			rs, err = c.gang(e)
 		} else {
 			rs, err = c.standalone(e)
@@ -282,7 +234,7 @@ func (c composer) cacheMounts() (volumes, mounts []any) {
 	if ref == nil || ref.Name == "" {
 		return nil, nil
 	}
-	pvc := ChildName("modelcache", c.replica.Metadata.Namespace, ref.Name)
+	pvc := v1alpha1.ChildName("modelcache", c.replica.Metadata.Namespace, ref.Name)
 	return []any{map[string]any{"name": "model-cache", "persistentVolumeClaim": map[string]any{"claimName": pvc}}},
 		[]any{map[string]any{"name": "model-cache", "mountPath": "/mnt/models"}}
 }
@@ -344,14 +296,14 @@ func maps2any(ms []map[string]any) []any {
 // placePod pins a member's pod to its pool, claims its devices through its
 // template, and tolerates the GPU taint (base.place_pod).
 func (c composer) placePod(spec map[string]any, e v1alpha1.ReplicaEngine, m v1alpha1.ReplicaMember) {
-	spec["nodeSelector"] = map[string]any{LabelPool: m.NodePoolName}
+	spec["nodeSelector"] = map[string]any{v1alpha1.LabelPool: m.NodePoolName}
 	if len(m.DeviceRequests) > 0 {
 		spec["resourceClaims"] = []any{map[string]any{
 			"name": PodClaimName, "resourceClaimTemplateName": ClaimTemplateName(c.replica.Metadata.Name, e.Name, roleOf(m)),
 		}}
 	}
 	tolerations, _ := spec["tolerations"].([]any)
-	spec["tolerations"] = append(tolerations, map[string]any{"key": GPUTaintKey, "operator": "Exists", "effect": "NoSchedule"})
+	spec["tolerations"] = append(tolerations, map[string]any{"key": v1alpha1.GPUTaintKey, "operator": "Exists", "effect": "NoSchedule"})
 }
 
 // podSpec is a member's pod spec around its container.
@@ -376,7 +328,7 @@ func (c composer) standalone(e v1alpha1.ReplicaEngine) ([]Resource, error) {
 	if err != nil {
 		return nil, err
 	}
-	name := WorkloadName(c.replica.Metadata.Name, e.Name)
+	name := v1alpha1.WorkloadName(c.replica.Metadata.Name, e.Name)
 	_, cacheMounts := c.cacheMounts()
 	container := map[string]any{
 		"name":           "engine",
@@ -398,12 +350,12 @@ func (c composer) standalone(e v1alpha1.ReplicaEngine) ([]Resource, error) {
 	deployment := map[string]any{
 		"apiVersion": "apps/v1",
 		"kind":       KindDeployment,
-		"metadata":   map[string]any{"name": name, "namespace": Namespace},
+		"metadata":   map[string]any{"name": name, "namespace": v1alpha1.WorkloadNamespace},
 		"spec": map[string]any{
 			"replicas": copiesOf(e),
-			"selector": map[string]any{"matchLabels": map[string]any{LabelWorkload: name}},
+			"selector": map[string]any{"matchLabels": map[string]any{v1alpha1.LabelWorkload: name}},
 			"template": map[string]any{
-				"metadata": podMetadata(t, map[string]string{LabelServing: c.replica.Metadata.Name, LabelWorkload: name}),
+				"metadata": podMetadata(t, map[string]string{v1alpha1.LabelServing: c.replica.Metadata.Name, v1alpha1.LabelWorkload: name}),
 				"spec":     c.podSpec(e, m, t, container),
 			},
 		},
@@ -424,7 +376,7 @@ func (c composer) gang(e v1alpha1.ReplicaEngine) ([]Resource, error) {
 	if !okL || !okW {
 		return nil, fmt.Errorf("a gang engine needs a Leader and a Worker member")
 	}
-	name := WorkloadName(c.replica.Metadata.Name, e.Name)
+	name := v1alpha1.WorkloadName(c.replica.Metadata.Name, e.Name)
 	size := int64(2)
 	if worker.Worker != nil {
 		size = 1 + worker.Worker.Nodes
@@ -438,7 +390,7 @@ func (c composer) gang(e v1alpha1.ReplicaEngine) ([]Resource, error) {
 		return nil, err
 	}
 	leaderPod := map[string]any{
-		"metadata": podMetadata(lt, map[string]string{LabelServing: c.replica.Metadata.Name, LabelLWSRole: "leader"}),
+		"metadata": podMetadata(lt, map[string]string{v1alpha1.LabelServing: c.replica.Metadata.Name, v1alpha1.LabelLWSRole: "leader"}),
 		"spec":     c.podSpec(e, leader, lt, c.gangContainer(leader, lctr, true)),
 	}
 	workerPod := map[string]any{"spec": c.podSpec(e, worker, wt, c.gangContainer(worker, wctr, false))}
@@ -448,7 +400,7 @@ func (c composer) gang(e v1alpha1.ReplicaEngine) ([]Resource, error) {
 	lws := map[string]any{
 		"apiVersion": APIVersionLWS,
 		"kind":       KindLeaderWorkerSet,
-		"metadata":   map[string]any{"name": name, "namespace": Namespace},
+		"metadata":   map[string]any{"name": name, "namespace": v1alpha1.WorkloadNamespace},
 		"spec": map[string]any{
 			"replicas": copiesOf(e),
 			"leaderWorkerTemplate": map[string]any{
@@ -521,7 +473,7 @@ func (c composer) claimTemplate(e v1alpha1.ReplicaEngine, m v1alpha1.ReplicaMemb
 	return Resource{Key: ClaimKey(e.Name, roleOf(m)), Manifest: map[string]any{
 		"apiVersion": "resource.k8s.io/v1",
 		"kind":       "ResourceClaimTemplate",
-		"metadata":   map[string]any{"name": ClaimTemplateName(c.replica.Metadata.Name, e.Name, roleOf(m)), "namespace": Namespace},
+		"metadata":   map[string]any{"name": ClaimTemplateName(c.replica.Metadata.Name, e.Name, roleOf(m)), "namespace": v1alpha1.WorkloadNamespace},
 		"spec":       map[string]any{"spec": map[string]any{"devices": map[string]any{"requests": requests}}},
 	}}
 }
@@ -538,7 +490,7 @@ func endpointPicker(replica string) Resource {
 	return Resource{Key: EndpointPickerKey, ReadyCEL: AvailableCEL, Manifest: map[string]any{
 		"apiVersion": "apps/v1",
 		"kind":       KindDeployment,
-		"metadata":   map[string]any{"name": epp, "namespace": Namespace},
+		"metadata":   map[string]any{"name": epp, "namespace": v1alpha1.WorkloadNamespace},
 		"spec": map[string]any{
 			"replicas": int64(1),
 			"selector": map[string]any{"matchLabels": map[string]any{"app": epp}},
@@ -550,7 +502,7 @@ func endpointPicker(replica string) Resource {
 						"name":  "epp",
 						"image": EndpointPickerImage,
 						"args": []any{
-							"--pool-name=" + replica + "-pool", "--pool-namespace=" + Namespace,
+							"--pool-name=" + replica + "-pool", "--pool-namespace=" + v1alpha1.WorkloadNamespace,
 							"--pool-group=inference.networking.k8s.io", "--config-file=/config/epp-config.yaml", "--grpc-port=9002",
 						},
 						"ports": []any{

@@ -33,12 +33,12 @@ func TestChildName(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := ChildName(tc.parts...)
+			got := v1alpha1.ChildName(tc.parts...)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("%s\nChildName(%q): -want, +got:\n%s", tc.reason, tc.parts, diff)
 			}
 			if len(got) > 63 {
-				t.Errorf("ChildName(%q) = %q is %d characters, more than a DNS label", tc.parts, got, len(got))
+				t.Errorf("v1alpha1.ChildName(%q) = %q is %d characters, more than a DNS label", tc.parts, got, len(got))
 			}
 		})
 	}

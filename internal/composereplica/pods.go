@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 )
 
 // Labels LeaderWorkerSet puts on a gang's pods besides LabelLWSName.
@@ -164,16 +166,16 @@ func gangPods(r Resource, templates map[string]*resourceapi.ResourceClaimTemplat
 	var out []Pod
 	for g := range replicas {
 		leader := fmt.Sprintf("%s-%d", name, g)
-		sum := sha256.Sum256([]byte(Namespace + "/" + leader))
+		sum := sha256.Sum256([]byte(v1alpha1.WorkloadNamespace + "/" + leader))
 		key := hex.EncodeToString(sum[:])[:40]
 		group := strconv.FormatInt(g, 10)
-		labels := map[string]string{LabelLWSName: name, LabelLWSGroupIndex: group, LabelLWSGroupKey: key}
+		labels := map[string]string{v1alpha1.LabelLWSName: name, LabelLWSGroupIndex: group, LabelLWSGroupKey: key}
 		for i := range max(l.Spec.LeaderWorkerTemplate.Size, 1) {
 			tmpl, podName := l.Spec.LeaderWorkerTemplate.WorkerTemplate, fmt.Sprintf("%s-%d", leader, i)
-			owner := Owner{Kind: "StatefulSet", Name: leader, Selector: map[string]string{LabelLWSName: name, LabelLWSGroupKey: key}}
+			owner := Owner{Kind: "StatefulSet", Name: leader, Selector: map[string]string{v1alpha1.LabelLWSName: name, LabelLWSGroupKey: key}}
 			if i == 0 {
 				tmpl, podName = l.Spec.LeaderWorkerTemplate.LeaderTemplate, leader
-				owner = Owner{Kind: "StatefulSet", Name: name, Selector: map[string]string{LabelLWSName: name, LabelLWSWorkerIndex: "0"}}
+				owner = Owner{Kind: "StatefulSet", Name: name, Selector: map[string]string{v1alpha1.LabelLWSName: name, LabelLWSWorkerIndex: "0"}}
 			}
 			own := maps.Clone(labels)
 			own[LabelLWSWorkerIndex] = strconv.FormatInt(i, 10)
@@ -196,14 +198,14 @@ func pod(tmpl corev1.PodTemplateSpec, name string, labels map[string]string, own
 		ObjectMeta: *tmpl.ObjectMeta.DeepCopy(),
 		Spec:       *tmpl.Spec.DeepCopy(),
 	}
-	p.Name, p.Namespace, p.UID = name, Namespace, types.UID(Namespace+"/"+name)
+	p.Name, p.Namespace, p.UID = name, v1alpha1.WorkloadNamespace, types.UID(v1alpha1.WorkloadNamespace+"/"+name)
 	if p.Labels == nil {
 		p.Labels = map[string]string{}
 	}
 	maps.Copy(p.Labels, labels)
 	p.OwnerReferences = []metav1.OwnerReference{{
 		APIVersion: "apps/v1", Kind: owner.Kind, Name: owner.Name,
-		UID: types.UID(Namespace + "/" + owner.Kind + "/" + owner.Name), Controller: new(true),
+		UID: types.UID(v1alpha1.WorkloadNamespace + "/" + owner.Kind + "/" + owner.Name), Controller: new(true),
 	}}
 	out := Pod{Pod: p, Owner: owner}
 	for _, ref := range p.Spec.ResourceClaims {

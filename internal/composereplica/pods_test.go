@@ -26,13 +26,13 @@ func viewPods(t *testing.T, pods []Pod) []podView {
 	for _, p := range pods {
 		v := podView{
 			Name: p.Pod.Name, Owner: p.Owner.Kind + "/" + p.Owner.Name, Workload: p.Workload, Gang: p.Gang,
-			Picker: p.EndpointPicker, Labels: p.Pod.Labels, Pool: p.Pod.Spec.NodeSelector[LabelPool],
+			Picker: p.EndpointPicker, Labels: p.Pod.Labels, Pool: p.Pod.Spec.NodeSelector[v1alpha1.LabelPool],
 		}
 		if p.ClaimTemplate != nil {
 			v.Template = p.ClaimTemplate.Name
 		}
 		for _, tol := range p.Pod.Spec.Tolerations {
-			if tol.Key == GPUTaintKey && tol.Operator == corev1.TolerationOpExists && tol.Effect == corev1.TaintEffectNoSchedule {
+			if tol.Key == v1alpha1.GPUTaintKey && tol.Operator == corev1.TolerationOpExists && tol.Effect == corev1.TaintEffectNoSchedule {
 				v.Tolerates = true
 			}
 		}
@@ -59,7 +59,7 @@ func TestPods(t *testing.T) {
 			reason:  "a Deployment of two copies: two pods of its ReplicaSet, selected by v0.3's workload label, pinned, tolerating, claiming; the picker's one pod, neither pinned nor tolerating",
 			replica: replica(standalone).Obj(),
 			want: func(hash, pickerHash, _ string) []podView {
-				labels := map[string]string{LabelServing: "qwen-1a2b3", LabelWorkload: main, "pod-template-hash": hash}
+				labels := map[string]string{v1alpha1.LabelServing: "qwen-1a2b3", v1alpha1.LabelWorkload: main, "pod-template-hash": hash}
 				return []podView{
 					{Name: main + "-" + hash + "-0", Owner: "ReplicaSet/" + main + "-" + hash, Workload: main, Template: mainClaim, Labels: labels, Pool: "l4", Tolerates: true},
 					{Name: main + "-" + hash + "-1", Owner: "ReplicaSet/" + main + "-" + hash, Workload: main, Template: mainClaim, Labels: labels, Pool: "l4", Tolerates: true},
@@ -75,10 +75,10 @@ func TestPods(t *testing.T) {
 			replica: replica(fixture.PinnedGang("main", "h100", 2, fixture.Stamped(8))).Obj(),
 			want: func(_, pickerHash, key string) []podView {
 				lws := func(i string) map[string]string {
-					return map[string]string{LabelLWSName: main, LabelLWSGroupIndex: "0", LabelLWSWorkerIndex: i, LabelLWSGroupKey: key}
+					return map[string]string{v1alpha1.LabelLWSName: main, LabelLWSGroupIndex: "0", LabelLWSWorkerIndex: i, LabelLWSGroupKey: key}
 				}
 				leader := lws("0")
-				leader[LabelServing], leader[LabelLWSRole] = "qwen-1a2b3", "leader"
+				leader[v1alpha1.LabelServing], leader[v1alpha1.LabelLWSRole] = "qwen-1a2b3", "leader"
 				return []podView{
 					{Name: main + "-0", Owner: "StatefulSet/" + main, Workload: main, Gang: key, Template: "qwen-1a2b3-main-leader-devices-b6d93", Labels: leader, Pool: "h100", Tolerates: true},
 					{Name: main + "-0-1", Owner: "StatefulSet/" + main + "-0", Workload: main, Gang: key, Template: "qwen-1a2b3-main-worker-devices-dc662", Labels: lws("1"), Pool: "h100", Tolerates: true},

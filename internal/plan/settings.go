@@ -82,11 +82,11 @@ const (
 	// later; the relay adds about a second (docs/cluster-agent.md,
 	// docs/production.md). Below it pools go stale, and to whole-node
 	// accounting, in normal operation.
-	MinObservationMaxAge = 3 * time.Minute
+	MinObservationMaxAge = v1beta1.MinObservationMaxAge
 	// MaxObservationMaxAge is a day: a report older than that says nothing
 	// of a pool's free devices, and the same age bounds how far in the
 	// future an observedAt may be.
-	MaxObservationMaxAge = 24 * time.Hour
+	MaxObservationMaxAge = v1beta1.MaxObservationMaxAge
 	// MinReplaceUnscheduledAfter is above the 49 s measured live from a
 	// pod's bind to the pool report that counts it (docs/production.md),
 	// and the agent's 50 s heartbeat: a shorter wait could re-place a

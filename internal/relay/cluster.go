@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"maps"
 
-	"github.com/modelplaneai/fleet-scheduler/internal/composereplica"
-	"github.com/modelplaneai/fleet-scheduler/observation"
+	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
+
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/poolreport"
 )
 
 // Keys of the composed resources the relay adds to an InferenceCluster.
@@ -22,14 +24,14 @@ func KeyPool(pool string) string { return keyPoolPrefix + pool }
 
 // The agent's CRDs, as the agent's manifests install them.
 const (
-	CRDPoolObservations    = "poolobservations.agent.modelplane.ai"
-	CRDReplicaObservations = "replicaobservations.agent.modelplane.ai"
+	CRDPoolObservations    = "poolobservations." + agentv1alpha1.Group
+	CRDReplicaObservations = "replicaobservations." + agentv1alpha1.Group
 )
 
 // DefaultNamespace is where the relay composes an InferenceCluster's
 // Objects when its status names no namespace: Modelplane's system
 // namespace, where compose-inference-cluster composes its own.
-const DefaultNamespace = "modelplane-system"
+const DefaultNamespace = v1alpha1.SystemNamespace
 
 // ConditionPoolsObserved is the condition the relay sets on an
 // InferenceCluster: whether every pool's report reached it.
@@ -41,17 +43,6 @@ const (
 	ReasonPoolsNotReported = "PoolsNotReported"
 	ReasonAgentNotServed   = "AgentNotServed"
 	ReasonNoProviderConfig = "WaitingForProviderConfig"
-)
-
-// Bounds of a report, as deploy/inferenceclusters.yaml's schema has them:
-// a report outside them would fail the InferenceCluster's whole status
-// write, so the relay leaves it out.
-const (
-	maxCount   = 1 << 20
-	maxBuckets = 64
-	maxFree    = 16
-	maxName    = 63
-	maxTimeLen = 64
 )
 
 // ClusterInput is what the relay reads of an InferenceCluster's call.
@@ -136,10 +127,10 @@ func Cluster(in ClusterInput) ClusterOutput {
 		}
 		entry = copyMap(entry)
 		pools[i] = entry
-		for _, f := range reportFields {
+		for _, f := range agentv1alpha1.ReportFields {
 			delete(entry, f)
 		}
-		report, err := readReport(mapAt(observedManifest(observed), "status"))
+		report, err := poolreport.Relayable(mapAt(observedManifest(observed), "status"))
 		switch {
 		case err != nil:
 			out.Warnings = append(out.Warnings, fmt.Sprintf("pool %s: the PoolObservation's report is not relayed: %v", name, err))
@@ -177,25 +168,22 @@ func Cluster(in ClusterInput) ClusterOutput {
 	return out
 }
 
-// reportFields are the fields of a pool's report.
-var reportFields = [...]string{observation.FieldObservedNodes, observation.FieldObservedAt, observation.FieldNodesByFreeDevices} //nolint:gochecknoglobals // A constant list; Go has no constant arrays.
-
 // poolObservation is the PoolObservation of a pool
 // (docs/spec.md#poolobservation): its nodes by v0.3's pool label, its
 // devices as the pool publishes them, and the GPU taint every pod v0.3
 // composes for a pool tolerates.
 func poolObservation(name string, pool map[string]any) map[string]any {
 	spec := map[string]any{
-		"nodeSelector": map[string]any{composereplica.LabelPool: name},
+		"nodeSelector": map[string]any{v1alpha1.LabelPool: name},
 		"tolerations": []any{map[string]any{
-			"key": composereplica.GPUTaintKey, "operator": "Exists", "effect": "NoSchedule",
+			"key": v1alpha1.GPUTaintKey, "operator": "Exists", "effect": "NoSchedule",
 		}},
 	}
 	if devices, ok := pool["devices"].([]any); ok {
 		spec["devices"] = devices
 	}
 	return map[string]any{
-		"apiVersion": AgentAPIVersion, "kind": KindPoolObservation,
+		"apiVersion": agentv1alpha1.Group + "/" + agentv1alpha1.Version, "kind": agentv1alpha1.KindPoolObservation,
 		"metadata": map[string]any{"name": name},
 		"spec":     spec,
 	}
@@ -205,86 +193,6 @@ func poolObservation(name string, pool map[string]any) map[string]any {
 func established(o map[string]any) bool {
 	c := condition(observedManifest(o), "Established")
 	return c != nil && c["status"] == "True"
-}
-
-// readReport is a PoolObservation status's report: its three fields, or
-// nil when it has none (the agent has not reported, or cannot observe the
-// pool). A report with only some of the fields, or outside the bounds the
-// InferenceCluster's schema sets, is an error: copied, it would fail the
-// whole status write. What the schema allows is copied as it is; the
-// function judges it (docs/spec.md#usable-reports).
-func readReport(status map[string]any) (map[string]any, error) {
-	present := 0
-	for _, f := range reportFields {
-		if _, ok := status[f]; ok {
-			present++
-		}
-	}
-	switch present {
-	case 0:
-		return nil, nil
-	case len(reportFields):
-	default:
-		return nil, fmt.Errorf("it has only some of %s, %s and %s", reportFields[0], reportFields[1], reportFields[2])
-	}
-	if _, err := wholeNumber(status[observation.FieldObservedNodes], maxCount); err != nil {
-		return nil, fmt.Errorf("%s: %w", observation.FieldObservedNodes, err)
-	}
-	at, ok := status[observation.FieldObservedAt].(string)
-	if !ok || len(at) > maxTimeLen {
-		return nil, fmt.Errorf("%s: not a string of at most %d characters", observation.FieldObservedAt, maxTimeLen)
-	}
-	buckets, ok := status[observation.FieldNodesByFreeDevices].([]any)
-	if !ok || len(buckets) > maxBuckets {
-		return nil, fmt.Errorf("%s: not a list of at most %d buckets", observation.FieldNodesByFreeDevices, maxBuckets)
-	}
-	for i, b := range buckets {
-		if err := checkBucket(b); err != nil {
-			return nil, fmt.Errorf("%s[%d]: %w", observation.FieldNodesByFreeDevices, i, err)
-		}
-	}
-	report := map[string]any{}
-	for _, f := range reportFields {
-		report[f] = status[f]
-	}
-	return report, nil
-}
-
-func checkBucket(b any) error {
-	m, ok := b.(map[string]any)
-	if !ok {
-		return fmt.Errorf("not an object")
-	}
-	for k := range m {
-		if k != "nodes" && k != "free" {
-			return fmt.Errorf("%s: not a field of a bucket", k)
-		}
-	}
-	if _, err := wholeNumber(m["nodes"], maxCount); err != nil {
-		return fmt.Errorf("nodes: %w", err)
-	}
-	free, ok := m["free"].([]any)
-	if _, present := m["free"]; present && (!ok || len(free) > maxFree) {
-		return fmt.Errorf("free: not a list of at most %d devices", maxFree)
-	}
-	for j, f := range free {
-		d, ok := f.(map[string]any)
-		if !ok {
-			return fmt.Errorf("free[%d]: not an object", j)
-		}
-		if name, ok := d["name"].(string); !ok || len(name) > maxName {
-			return fmt.Errorf("free[%d].name: not a string of at most %d characters", j, maxName)
-		}
-		if _, err := wholeNumber(d["count"], maxCount); err != nil {
-			return fmt.Errorf("free[%d].count: %w", j, err)
-		}
-		for k := range d {
-			if k != "name" && k != "count" {
-				return fmt.Errorf("free[%d].%s: not a field of a device", j, k)
-			}
-		}
-	}
-	return nil
 }
 
 // copyMap is a shallow copy.

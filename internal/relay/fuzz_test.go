@@ -5,9 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/poolreport"
 
-	"github.com/modelplaneai/fleet-scheduler/observation"
+	"github.com/google/go-cmp/cmp"
 )
 
 // FuzzRelayCluster feeds PoolObservation statuses of any shape through
@@ -37,18 +38,18 @@ func FuzzRelayCluster(f *testing.F) {
 		for i := range before {
 			entry := after[i].(map[string]any)
 			rest := copyMap(entry)
-			report := map[string]any{}
-			for _, f := range reportFields {
+			relayed := map[string]any{}
+			for _, f := range agentv1alpha1.ReportFields {
 				if v, ok := rest[f]; ok {
-					report[f] = v
+					relayed[f] = v
 				}
 				delete(rest, f)
 			}
 			if diff := cmp.Diff(before[i], rest); diff != "" {
 				t.Fatalf("pool %d: fields other than the report changed: -before, +after:\n%s", i, diff)
 			}
-			if len(report) > 0 {
-				if _, err := readReport(report); err != nil {
+			if len(relayed) > 0 {
+				if _, err := poolreport.Relayable(relayed); err != nil {
 					t.Fatalf("pool %d: relayed a report outside the schema's bounds: %v", i, err)
 				}
 			}
@@ -84,7 +85,7 @@ func FuzzRelayReplica(f *testing.F) {
 		}
 		m, _ := c.(map[string]any)
 		lt, _ := m["lastTransitionTime"].(string)
-		at, err := observation.ParseTime(lt)
+		at, err := poolreport.ParseTime(lt)
 		if err != nil {
 			t.Fatalf("True from an agent time that does not parse: %q", lt)
 		}

@@ -18,17 +18,8 @@
 package relay
 
 import (
-	"fmt"
 	"sort"
-	"strconv"
 	"strings"
-)
-
-// The agent's kinds.
-const (
-	AgentAPIVersion        = "agent.modelplane.ai/v1alpha1"
-	KindPoolObservation    = "PoolObservation"
-	KindReplicaObservation = "ReplicaObservation"
 )
 
 // provider-kubernetes' namespaced Object and the provider config kind
@@ -109,23 +100,4 @@ func joinSorted(names []string) string {
 	s := append([]string(nil), names...)
 	sort.Strings(s)
 	return strings.Join(s, ", ")
-}
-
-// wholeNumber reads a JSON number that is a whole number in [0, hi].
-func wholeNumber(v any, hi float64) (int64, error) {
-	var f float64
-	switch n := v.(type) {
-	case float64:
-		f = n
-	case int64:
-		f = float64(n)
-	case int:
-		f = float64(n)
-	default:
-		return 0, fmt.Errorf("%v is not a number", v)
-	}
-	if f != float64(int64(f)) || f < 0 || f > hi {
-		return 0, fmt.Errorf("%s is not a whole number from 0 to %.0f", strconv.FormatFloat(f, 'f', -1, 64), hi)
-	}
-	return int64(f), nil
 }

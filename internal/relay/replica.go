@@ -5,9 +5,10 @@ import (
 	"slices"
 	"time"
 
+	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
+
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
-	"github.com/modelplaneai/fleet-scheduler/internal/composereplica"
-	"github.com/modelplaneai/fleet-scheduler/observation"
+	"github.com/modelplaneai/fleet-scheduler/poolreport"
 )
 
 // KeyReplicaObservation is the key of a ModelReplica's ReplicaObservation
@@ -79,7 +80,7 @@ func Replica(in ReplicaInput) ReplicaOutput {
 	out := ReplicaOutput{Resources: map[string]map[string]any{}}
 	r := in.Replica
 	unknown := func(reason, message string) ReplicaOutput {
-		out.Condition = Condition{Type: observation.ConditionPodsScheduled, Status: "Unknown", Reason: reason, Message: message}
+		out.Condition = Condition{Type: agentv1alpha1.ConditionPodsScheduled, Status: "Unknown", Reason: reason, Message: message}
 		return out
 	}
 	observed, exists := in.Composed[KeyReplicaObservation]
@@ -103,13 +104,13 @@ func Replica(in ReplicaInput) ReplicaOutput {
 	out.TTL = staleAt.Sub(in.Now)
 
 	manifest := observedManifest(observed)
-	agent := condition(manifest, observation.ConditionPodsScheduled)
+	agent := condition(manifest, agentv1alpha1.ConditionPodsScheduled)
 	if agent == nil {
 		return unknown(ReasonNotObserved, "the cluster agent has not counted the replica's pods yet")
 	}
 	if gen, ok := agent["observedGeneration"]; ok {
-		want, _ := wholeNumber(mapAt(manifest, "metadata")["generation"], 1<<53)
-		if got, _ := wholeNumber(gen, 1<<53); got < want {
+		want, _ := poolreport.WholeNumber(mapAt(manifest, "metadata")["generation"], 1<<53)
+		if got, _ := poolreport.WholeNumber(gen, 1<<53); got < want {
 			return unknown(ReasonNotObserved, "the cluster agent has not counted the replica's pods since its ReplicaObservation changed")
 		}
 	}
@@ -118,7 +119,7 @@ func Replica(in ReplicaInput) ReplicaOutput {
 	message, _ := agent["message"].(string)
 	switch status {
 	case "False":
-		out.Condition = Condition{Type: observation.ConditionPodsScheduled, Status: "False", Reason: ReasonPodsNotBound, Message: message}
+		out.Condition = Condition{Type: agentv1alpha1.ConditionPodsScheduled, Status: "False", Reason: ReasonPodsNotBound, Message: message}
 		return out
 	case "True":
 	default:
@@ -129,7 +130,7 @@ func Replica(in ReplicaInput) ReplicaOutput {
 	}
 
 	lt, _ := agent["lastTransitionTime"].(string)
-	at, err := observation.ParseTime(lt)
+	at, err := poolreport.ParseTime(lt)
 	if err != nil {
 		return unknown(ReasonInvalidObservation, fmt.Sprintf("the ReplicaObservation's PodsScheduled lastTransitionTime %q: %v", lt, err))
 	}
@@ -146,14 +147,14 @@ func Replica(in ReplicaInput) ReplicaOutput {
 		until := at.Add(in.Margin)
 		out.TTL = min(out.TTL, until.Sub(in.Now))
 		out.Condition = Condition{
-			Type: observation.ConditionPodsScheduled, Status: hold, Reason: ReasonAwaitingClockMargin,
+			Type: agentv1alpha1.ConditionPodsScheduled, Status: hold, Reason: ReasonAwaitingClockMargin,
 			Message: fmt.Sprintf("the cluster agent saw every pod bound at %s; PodsScheduled turns True once this clock passes %s (a margin of %s for clock skew)",
 				at.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339), in.Margin),
 		}
 		return out
 	}
 	out.Condition = Condition{
-		Type: observation.ConditionPodsScheduled, Status: "True", Reason: ReasonPodsBound,
+		Type: agentv1alpha1.ConditionPodsScheduled, Status: "True", Reason: ReasonPodsBound,
 		Message: fmt.Sprintf("%s, as the cluster agent saw at %s", message, at.UTC().Format(time.RFC3339)),
 	}
 	return out
@@ -168,12 +169,12 @@ func poolReports(cluster map[string]any, pools []string) (bool, time.Time) {
 	for _, e := range entries {
 		m, _ := e.(map[string]any)
 		name, _ := m["name"].(string)
-		at, ok := m[observation.FieldObservedAt].(string)
+		at, ok := m[agentv1alpha1.FieldObservedAt].(string)
 		if !ok || at == "" || !contains(pools, name) {
 			continue
 		}
 		reported = true
-		if t, err := observation.ParseTime(at); err == nil && t.After(newest) {
+		if t, err := poolreport.ParseTime(at); err == nil && t.After(newest) {
 			newest = t
 		}
 	}
@@ -193,12 +194,12 @@ func currentPodsScheduled(r *v1alpha1.ModelReplica) (string, time.Time) {
 	conds, _ := r.Status.Conditions.([]any)
 	for _, c := range conds {
 		m, ok := c.(map[string]any)
-		if !ok || m["type"] != observation.ConditionPodsScheduled {
+		if !ok || m["type"] != agentv1alpha1.ConditionPodsScheduled {
 			continue
 		}
 		s, _ := m["status"].(string)
 		lt, _ := m["lastTransitionTime"].(string)
-		at, err := observation.ParseTime(lt)
+		at, err := poolreport.ParseTime(lt)
 		if err != nil {
 			return "", time.Time{}
 		}
@@ -215,11 +216,11 @@ func replicaObservation(r *v1alpha1.ModelReplica) map[string]any {
 	selectors := make([]any, 0, len(r.Spec.Engines))
 	var pods int64
 	for _, e := range r.Spec.Engines {
-		label := composereplica.LabelWorkload
-		if composereplica.Gang(e) {
-			label = composereplica.LabelLWSName
+		label := v1alpha1.LabelWorkload
+		if e.Gang() {
+			label = v1alpha1.LabelLWSName
 		}
-		selectors = append(selectors, map[string]any{"matchLabels": map[string]any{label: composereplica.WorkloadName(r.Metadata.Name, e.Name)}})
+		selectors = append(selectors, map[string]any{"matchLabels": map[string]any{label: v1alpha1.WorkloadName(r.Metadata.Name, e.Name)}})
 		copies := int64(1)
 		if e.Copies != nil && *e.Copies > 0 {
 			copies = *e.Copies
@@ -233,8 +234,8 @@ func replicaObservation(r *v1alpha1.ModelReplica) map[string]any {
 		}
 	}
 	return map[string]any{
-		"apiVersion": AgentAPIVersion, "kind": KindReplicaObservation,
-		"metadata": map[string]any{"name": r.Metadata.Name, "namespace": composereplica.Namespace},
+		"apiVersion": agentv1alpha1.Group + "/" + agentv1alpha1.Version, "kind": agentv1alpha1.KindReplicaObservation,
+		"metadata": map[string]any{"name": r.Metadata.Name, "namespace": v1alpha1.WorkloadNamespace},
 		"spec":     map[string]any{"selectors": selectors, "pods": pods},
 	}
 }

@@ -59,7 +59,7 @@ func poolsOf(st *state) []agent.Pool {
 	key := poolLabel
 	var tolerations []corev1.Toleration
 	if st.family == "modelplane" {
-		key = mpPoolLabel
+		key = v1alpha1.LabelPool
 		tolerations = []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 	}
 	most := map[string]int64{}
@@ -234,8 +234,8 @@ func (r *kubeRun) probe(ctx context.Context, name string, pool agent.Pool, node 
 	pod.Spec.SchedulerName = corev1.DefaultSchedulerName
 	sel, _ := pool.Nodes.RequiresExactMatch(poolLabel)
 	key := poolLabel
-	if v, ok := pool.Nodes.RequiresExactMatch(mpPoolLabel); ok {
-		key, sel = mpPoolLabel, v
+	if v, ok := pool.Nodes.RequiresExactMatch(v1alpha1.LabelPool); ok {
+		key, sel = v1alpha1.LabelPool, v
 	}
 	pod.Spec.NodeSelector = map[string]string{key: sel}
 	pod.Spec.Tolerations = pool.Tolerations

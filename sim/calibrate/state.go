@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 
+	fsv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -43,11 +45,10 @@ type incoming struct {
 }
 
 const (
-	namespace   = "ml"
-	gpuDriver   = "gpu.example.com"
-	nicDriver   = "nic.example.com"
-	poolLabel   = "pool"
-	mpPoolLabel = "modelplane.ai/pool"
+	namespace = "ml"
+	gpuDriver = "gpu.example.com"
+	nicDriver = "nic.example.com"
+	poolLabel = "pool"
 	// gpuResource is the extended resource the gpu DeviceClass backs in
 	// the extended-resources family; fpgaResource one only a device
 	// plugin advertises.
@@ -226,7 +227,7 @@ func (s *sampler) addNode(name string, zones int) {
 	pool := fmt.Sprintf("pool-%d", rng.IntN(s.pools))
 	labels := map[string]string{poolLabel: pool}
 	if fam.has(modelplane) {
-		labels = map[string]string{mpPoolLabel: pool}
+		labels = map[string]string{fsv1alpha1.LabelPool: pool}
 	}
 	if zones > 0 {
 		labels[corev1.LabelTopologyZone] = fmt.Sprintf("zone-%d", rng.IntN(zones))
@@ -430,7 +431,7 @@ func (s *sampler) modelplanePod(name string) (*corev1.Pod, []*resourceapi.Resour
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{"modelplane.ai/workload": workload}},
 		Spec: corev1.PodSpec{
 			SchedulerName: corev1.DefaultSchedulerName,
-			NodeSelector:  map[string]string{mpPoolLabel: pool},
+			NodeSelector:  map[string]string{fsv1alpha1.LabelPool: pool},
 			Tolerations:   []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 			Containers: []corev1.Container{{
 				Name: "engine", Image: images()[rng.IntN(3)].name,
@@ -484,7 +485,7 @@ func (s *sampler) plainPod(name string, incoming bool) (*corev1.Pod, []*resource
 		},
 	}
 	if fam.has(modelplane) {
-		pod.Spec.NodeSelector = map[string]string{mpPoolLabel: pool}
+		pod.Spec.NodeSelector = map[string]string{fsv1alpha1.LabelPool: pool}
 	}
 	if rng.IntN(3) == 0 {
 		pod.Labels["tier"] = []string{"batch", "serving"}[rng.IntN(2)]

@@ -47,7 +47,7 @@ func main() {
 // found wrong, each naming the file to mend.
 func check(root string) ([]string, error) {
 	var problems []string
-	for _, c := range []func(string) ([]string, error){checkLayout, checkSpecReferences, checkSentences} {
+	for _, c := range []func(string) ([]string, error){checkLayout, checkLinks, checkSpecReferences, checkSentences} {
 		p, err := c(root)
 		if err != nil {
 			return nil, err

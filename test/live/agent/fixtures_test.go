@@ -62,7 +62,7 @@ func (cp *controlPlane) fixtures(t *testing.T) {
 
 func (cp *controlPlane) createNode(t *testing.T, name, pool string) {
 	t.Helper()
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{agent.PoolLabel: pool}}}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelPool: pool}}}
 	n, err := cp.kube.CoreV1().Nodes().Create(t.Context(), n, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)

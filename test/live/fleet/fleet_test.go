@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/modelplaneai/fleet-scheduler/internal/composereplica"
 	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
 )
 
@@ -160,8 +161,8 @@ func (f *fleet) xr(t *testing.T, name string) *unstructured.Unstructured {
 func (w *workload) pods(t *testing.T, replica string) []corev1.Pod {
 	t.Helper()
 	l := &corev1.PodList{}
-	if err := w.api.c.List(t.Context(), l, client.InNamespace(composereplica.Namespace),
-		client.MatchingLabels{composereplica.LabelWorkload: composereplica.WorkloadName(replica, "main")}); err != nil {
+	if err := w.api.c.List(t.Context(), l, client.InNamespace(v1alpha1.WorkloadNamespace),
+		client.MatchingLabels{v1alpha1.LabelWorkload: v1alpha1.WorkloadName(replica, "main")}); err != nil {
 		t.Fatal(err)
 	}
 	var out []corev1.Pod
@@ -227,7 +228,7 @@ func (f *fleet) waitPodsScheduled(t *testing.T, status string, replicas []*unstr
 	for _, r := range replicas {
 		got := harness.Get(t, f.cp.c, apiVersion, "ModelReplica", namespace, r.GetName())
 		cluster := where(got).cluster
-		ro := harness.Get(t, f.clusters[cluster].api.c, agentAPIVersion, "ReplicaObservation", composereplica.Namespace, r.GetName())
+		ro := harness.Get(t, f.clusters[cluster].api.c, agentAPIVersion, "ReplicaObservation", v1alpha1.WorkloadNamespace, r.GetName())
 		relayed, agent := conditionTime(got, "PodsScheduled"), conditionTime(ro, "PodsScheduled")
 		if conditionString(got, "PodsScheduled", "status") != "True" || !relayed.Before(agent) {
 			continue
@@ -530,7 +531,7 @@ func agentStops(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by 
 			n += len(w.pods(t, r.GetName()))
 		}
 		l := &corev1.PodList{}
-		if err := w.api.c.List(t.Context(), l, client.InNamespace(composereplica.Namespace)); err != nil {
+		if err := w.api.c.List(t.Context(), l, client.InNamespace(v1alpha1.WorkloadNamespace)); err != nil {
 			return err
 		}
 		bound := 0
@@ -639,7 +640,7 @@ func wrongGuess(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by 
 	eventually(t, settle, "big's new pod bound to spare-0 beside its old one, Pending on pair", func() error {
 		byPool := map[string][]corev1.Pod{}
 		for _, p := range w.pods(t, big[0].GetName()) {
-			byPool[p.Spec.NodeSelector[composereplica.LabelPool]] = append(byPool[p.Spec.NodeSelector[composereplica.LabelPool]], p)
+			byPool[p.Spec.NodeSelector[v1alpha1.LabelPool]] = append(byPool[p.Spec.NodeSelector[v1alpha1.LabelPool]], p)
 		}
 		if n := len(byPool["spare"]); n != 1 || byPool["spare"][0].Spec.NodeName != "spare-0" {
 			return fmt.Errorf("%d pods pinned to spare: %v", n, nodeNames(byPool["spare"]))

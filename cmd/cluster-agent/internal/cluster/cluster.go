@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/modelplaneai/fleet-scheduler/agent"
-	"github.com/modelplaneai/fleet-scheduler/cmd/cluster-agent/internal/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 )
 
 // Index names.

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 
-	"github.com/modelplaneai/fleet-scheduler/cmd/cluster-agent/internal/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 )
 
 func newCluster(t *testing.T, namespaces ...string) *Cluster {

@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/modelplaneai/fleet-scheduler/cmd/cluster-agent/internal/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 )
 
 // Inject puts objects into the caches, or replaces them there, as the

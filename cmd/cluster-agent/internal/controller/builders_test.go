@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	fsv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -19,8 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/modelplaneai/fleet-scheduler/agent"
-	"github.com/modelplaneai/fleet-scheduler/cmd/cluster-agent/internal/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/cmd/cluster-agent/internal/cluster"
 	"github.com/modelplaneai/fleet-scheduler/cmd/cluster-agent/internal/metrics"
 )
@@ -161,7 +162,7 @@ func (e *env) replicaStatus(key string) v1alpha1.ReplicaObservationStatus {
 // node is a Ready node of the pool.
 func node(name, pool string) *corev1.Node {
 	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{agent.PoolLabel: pool}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{fsv1alpha1.LabelPool: pool}},
 		Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
 	}
 }

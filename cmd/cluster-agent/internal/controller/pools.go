@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/modelplaneai/fleet-scheduler/agent"
-	"github.com/modelplaneai/fleet-scheduler/cmd/cluster-agent/internal/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/cmd/cluster-agent/internal/cluster"
 	"github.com/modelplaneai/fleet-scheduler/cmd/cluster-agent/internal/metrics"
 )

@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/agent"
+	"github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 	fsv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
-	"github.com/modelplaneai/fleet-scheduler/cmd/cluster-agent/internal/apis/v1alpha1"
 )
 
 // report is the status the pool's report publishes, Synced True, as

@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/modelplaneai/fleet-scheduler/cmd/cluster-agent/internal/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 )
 
 func TestReplicaStatus(t *testing.T) {

@@ -132,7 +132,7 @@ func (f *Function) cluster(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	if key == "" {
 		key = "kubeconfig"
 	}
-	pc := composereplica.ChildName(name, "cluster-kubeconfig")
+	pc := v1alpha1.ChildName(name, "cluster-kubeconfig")
 	if err := setResource(rsp, "cluster-provider-config-kubernetes", map[string]any{
 		"apiVersion": "kubernetes.m.crossplane.io/v1alpha1",
 		"kind":       "ClusterProviderConfig",

@@ -1,4 +1,4 @@
-package observation
+package poolreport
 
 import (
 	"testing"

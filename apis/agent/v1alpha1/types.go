@@ -3,6 +3,12 @@
 // (docs/spec.md#the-cluster-agent): the control plane creates them in a
 // workload cluster, the agent writes their status, and the control plane
 // reads it back. Their CRDs are deploy/cluster-agent/crds/.
+//
+// It is the contract between the three binaries: the agent writes these
+// kinds, the relay copies their reports onto InferenceClusters and
+// ModelReplicas, and the function reads them there. So it imports only
+// Kubernetes' API types and the Modelplane kinds it describes pools with,
+// and every binary may import it.
 package v1alpha1
 
 import (
@@ -10,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/modelplaneai/fleet-scheduler/agent"
 	fsv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 )
 
@@ -32,6 +37,39 @@ var (
 	PoolObservationResource    = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "poolobservations"}    //nolint:gochecknoglobals // A constant; Go has no constant structs.
 	ReplicaObservationResource = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "replicaobservations"} //nolint:gochecknoglobals // A constant; Go has no constant structs.
 )
+
+// The fields of a pool's report: a PoolObservation's status, and the same
+// fields on the pool's entry of an InferenceCluster's status.gpuPools[]
+// once the relay has copied them (docs/spec.md#pool-reports).
+const (
+	FieldObservedNodes      = "observedNodes"
+	FieldObservedAt         = "observedAt"
+	FieldNodesByFreeDevices = "nodesByFreeDevices"
+)
+
+// ReportFields are the three fields of a pool's report, in the order above.
+var ReportFields = [...]string{FieldObservedNodes, FieldObservedAt, FieldNodesByFreeDevices} //nolint:gochecknoglobals // A constant list; Go has no constant arrays.
+
+// The fields of a Bucket and of a Free.
+const (
+	FieldBucketNodes = "nodes"
+	FieldBucketFree  = "free"
+	FieldFreeName    = "name"
+	FieldFreeCount   = "count"
+)
+
+// Bucket is how many nodes have exactly the free devices it lists. A pool
+// device it does not list has none free on them.
+type Bucket struct {
+	Nodes int64  `json:"nodes"`
+	Free  []Free `json:"free"`
+}
+
+// Free is how many devices of one pool device (by name) a node has free.
+type Free struct {
+	Name  string `json:"name"`
+	Count int64  `json:"count"`
+}
 
 // Condition types the agent writes.
 const (
@@ -109,7 +147,7 @@ type PoolObservationStatus struct {
 	// NodesByFreeDevices are the schedulable nodes grouped by their free
 	// devices. A pointer, so that an empty histogram is published as an
 	// empty list and no histogram as none.
-	NodesByFreeDevices *[]agent.Bucket `json:"nodesByFreeDevices,omitempty"`
+	NodesByFreeDevices *[]Bucket `json:"nodesByFreeDevices,omitempty"`
 	// Conditions hold Synced.
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
