@@ -25,6 +25,20 @@ type pool struct {
 	devices []poolDevice
 }
 
+// A cluster caches what matching (match.go) finds; the cache's types live
+// here so that this file needs nothing of match.go, which uses it.
+
+// memberMatch is a member matched to a pool: the DRA requests it resolves
+// and, per pool device, what each of its pods claims.
+type memberMatch struct {
+	requests []v1alpha1.DeviceRequest
+	claim    []int64
+}
+
+func (m *memberMatch) claims() bool { return len(m.requests) > 0 }
+
+type matchKey struct{ pool, engine, member int }
+
 func newCluster(c Cluster, kinds *deviceKinds) *cluster {
 	cl := &cluster{
 		name:       c.Object.Metadata.Name,

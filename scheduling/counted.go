@@ -21,26 +21,6 @@ func counted(r Replica, obs *PoolObservation) bool {
 	return obs != nil && Counted(r.ScheduledSince, obs.ObservedAt)
 }
 
-// counted reports whether a kept replica's pods are counted by the usable
-// report of every pool it holds: a replica placed or moved by this pass
-// holds nothing yet.
-func (s *pass) counted(k keptReplica) bool {
-	cl := s.clusters[k.Cluster]
-	if k.replica == nil || k.New || k.Moved || cl == nil {
-		return false
-	}
-	holds := false
-	for _, e := range k.Engines {
-		for _, m := range e.Members {
-			if !counted(*k.replica, cl.observed[m.Pool]) {
-				return false
-			}
-			holds = true
-		}
-	}
-	return holds
-}
-
 // CountedBefore is when the least recent report of a cluster's pools was
 // taken, if every pool the cluster publishes has a usable one. A replica on
 // the cluster whose pods all became scheduled before then is counted by

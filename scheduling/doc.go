@@ -15,13 +15,29 @@
 //	#matching                DRA CEL selectors, compiled, evaluated selector.go
 //	#matching                members to pools                       match.go
 //	#why-a-replica-does-not-fit  placements, shortfalls as data     types.go, explain.go
-//	#whose-replica           this deployment's replicas (Ours)     schedule.go
+//	#whose-replica           this deployment's replicas (Ours)     pass.go
 //	#eligible-clusters       readiness, gateway, taints            cluster.go
 //	#retaining, #scaling-down, #filling                             schedule.go
-//	#filling                 one pool per engine, first that fits   place.go
-//	#whole-node-accounting                                          ledger.go, charge.go
+//	#filling                 one pool per engine, first that fits   pass.go
+//	#whole-node-accounting   charging what holds a pool             ledger.go, pass.go
 //	#free-device-accounting, #assumed-binding, #gangs               ledger.go, place.go
 //	#the-counted-rule        Counted                                counted.go
-//	#re-placing              stuck replicas, moves                  replace.go
+//	#re-placing              stuck replicas, moves                  schedule.go
+//	#re-placing              what a replica remembers (Replacement) types.go
 //	#invariants                                                     property_test.go, fuzz_test.go
+//
+// The files read one way: each uses only files after it in this list, from
+// Schedule down to the leaves.
+//
+//	schedule.go  Schedule and the steps of a pass: retain, scale down, re-place, fill
+//	pass.go      the pass's state and its ledger: charge, reserve, what is left
+//	place.go     an engine's pods reserved on one pool, in gangs
+//	match.go     members matched to pools
+//	ledger.go    one pool's nodes grouped by free devices
+//	cluster.go   a candidate cluster and its pools; eligibility
+//	compile.go   the deployment's engines, selectors compiled
+//	counted.go   the counted rule
+//	types.go     what a pass reads and returns
+//	explain.go   why a cluster cannot host a replica, as data and as text
+//	selector.go  DRA CEL selectors and devices; count bounds
 package scheduling

@@ -9,15 +9,6 @@ import "github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 // engine needs at least one claiming member. Every rule of matching lives
 // here.
 
-// memberMatch is a member matched to a pool: the DRA requests it resolves
-// and, per pool device, what each of its pods claims.
-type memberMatch struct {
-	requests []v1alpha1.DeviceRequest
-	claim    []int64
-}
-
-func (m *memberMatch) claims() bool { return len(m.requests) > 0 }
-
 // matchMember matches a member's requests against one pool, each request
 // taking, greedily in order, the first device that satisfies its selectors
 // and has count left on one node. Nil when any request finds no device.
@@ -52,8 +43,6 @@ func matchMember(p *pool, m *member) *memberMatch {
 	}
 	return mm
 }
-
-type matchKey struct{ pool, engine, member int }
 
 // match matches member mi of engine ei against a pool, once per pass.
 func (c *cluster) match(p *pool, engines []engine, ei, mi int) *memberMatch {

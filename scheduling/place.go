@@ -5,6 +5,10 @@ import (
 	"slices"
 )
 
+// An engine's claiming pods on one pool (docs/spec.md#gangs): its demand,
+// laid out in gangs, reserved on the pool's ledger or refused with what the
+// pool lacks.
+
 // podGroup is one member's pods in one copy of an engine, all claiming the
 // same devices.
 type podGroup struct {
@@ -198,61 +202,4 @@ func (r *reservation) undo() {
 	for l, m := range r.moves {
 		l.undo(m)
 	}
-}
-
-// reserveReplica places every engine of a new replica on one cluster, each on
-// the first pool in published order that matches every member and has room.
-// It returns the reservation, or why the cluster cannot host the replica.
-func (s *pass) reserveReplica(cl *cluster) (*reservation, *Reason) {
-	res := &reservation{moves: map[*poolLedger][]move{}}
-	for ei := range s.engines {
-		e := &s.engines[ei]
-		ep, why := s.reserveEngineOn(cl, ei, res)
-		if why != nil {
-			res.undo()
-			why.Engine = e.name
-			return nil, why
-		}
-		res.engines = append(res.engines, *ep)
-	}
-	return res, nil
-}
-
-func (s *pass) reserveEngineOn(cl *cluster, ei int, res *reservation) (*EnginePlacement, *Reason) {
-	e := &s.engines[ei]
-	claimable := cl.claimable(s.engines, ei)
-	if !slices.Contains(claimable, true) {
-		return nil, &Reason{Kind: ReasonNoPoolMatches}
-	}
-	var shortages []PoolShortage
-	for _, p := range cl.pools {
-		if s.exclude[PoolRef{Cluster: cl.name, Pool: p.name}] {
-			// A replica being re-placed never goes back where it was stuck.
-			continue
-		}
-		matches := cl.matchOnPool(p, s.engines, ei, claimable)
-		if matches == nil {
-			continue
-		}
-		l := s.ledger[cl.name][p.index]
-		groups := make([]podGroup, len(e.members))
-		for mi, mm := range matches {
-			groups[mi] = podGroup{pods: e.members[mi].pods, claim: claimOf(l, mm)}
-		}
-		moves, short := reserveEngine(l, p, demand{copies: e.copies, gang: e.gang, members: groups}, s.binding)
-		if short != nil {
-			shortages = append(shortages, *short)
-			continue
-		}
-		res.moves[l] = append(res.moves[l], moves...)
-		ep := &EnginePlacement{Name: e.name}
-		for mi, mm := range matches {
-			ep.Members = append(ep.Members, MemberPlacement{Role: e.members[mi].role, Pool: p.name, DeviceRequests: mm.requests})
-		}
-		return ep, nil
-	}
-	if len(shortages) == 0 {
-		return nil, &Reason{Kind: ReasonNoPoolMatches}
-	}
-	return nil, &Reason{Kind: ReasonCapacity, Pools: shortages}
 }

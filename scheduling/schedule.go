@@ -3,38 +3,15 @@ package scheduling
 import (
 	"cmp"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 )
 
-// identity is a replica's (cluster, index).
-type identity struct {
-	cluster string
-	index   int
-}
-
-// pass is the state of one scheduling pass.
-type pass struct {
-	deployment  *v1alpha1.ModelDeployment
-	engines     []engine
-	clusters    map[string]*cluster
-	clusterList []*cluster
-	replicas    []Replica
-	binding     Binding
-
-	ledger   map[string][]*poolLedger
-	programs programCache
-	stamped  map[string][]int64
-
-	// now and replaceAfter steer re-placing (replace.go); exclude are the
-	// pools a replica being re-placed may not go to.
-	now          time.Time
-	replaceAfter time.Duration
-	exclude      map[PoolRef]bool
-}
+// Schedule and the steps of a pass, in the order it takes them: retaining
+// (docs/spec.md#retaining), scaling down (docs/spec.md#scaling-down),
+// re-placing and filling (docs/spec.md#filling). The pass's state and its
+// ledger, which the steps decide on, are in pass.go.
 
 // Schedule places a deployment's replicas. It keeps every replica it can
 // retain, drops the surplus when the deployment shrank, and fills any
@@ -92,92 +69,6 @@ func schedule(s Snapshot) (*Plan, *pass, error) {
 		return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.Index, b.Index))
 	})
 	return plan, p, nil
-}
-
-func newPass(s Snapshot, engines []engine) *pass {
-	p := &pass{
-		deployment:   s.Deployment,
-		engines:      engines,
-		clusters:     map[string]*cluster{},
-		binding:      s.Options.Binding,
-		programs:     programCache{shared: s.Options.Selectors, programs: map[string]*program{}},
-		now:          s.Now,
-		replaceAfter: s.Options.ReplaceUnscheduledAfter,
-		stamped:      map[string][]int64{},
-	}
-	// Sort every input first: the plan must not depend on the order the
-	// inputs arrived in.
-	kinds := newDeviceKinds()
-	clusters := slices.Clone(s.Clusters)
-	slices.SortStableFunc(clusters, func(a, b Cluster) int { return cmp.Compare(a.Object.Metadata.Name, b.Object.Metadata.Name) })
-	for _, c := range clusters {
-		if _, dup := p.clusters[c.Object.Metadata.Name]; dup {
-			continue
-		}
-		cl := newCluster(c, kinds)
-		p.clusters[cl.name] = cl
-		p.clusterList = append(p.clusterList, cl)
-	}
-	// Only this deployment's replicas and those that may charge a pool
-	// matter; a fleet's other replicas are mostly counted by every report of
-	// their cluster, and are left out before the sort.
-	countedBefore := make(map[string]time.Time, len(p.clusterList))
-	for _, cl := range p.clusterList {
-		if before, ok := CountedBefore(Cluster{Object: cl.obj, Observed: cl.observed}); ok {
-			countedBefore[cl.name] = before
-		}
-	}
-	p.replicas = make([]Replica, 0, len(s.Replicas)+len(s.Assumed))
-	for _, r := range s.Assumed {
-		r.Assumed = true
-		p.replicas = append(p.replicas, r)
-	}
-	for _, r := range s.Replicas {
-		before, ok := countedBefore[r.Object.Spec.ClusterName]
-		if p.ours(r) || !ok || !r.CountedBy(before) {
-			p.replicas = append(p.replicas, r)
-		}
-	}
-	slices.SortStableFunc(p.replicas, func(a, b Replica) int {
-		return cmp.Or(cmp.Compare(a.Object.Metadata.Namespace, b.Object.Metadata.Namespace),
-			cmp.Compare(a.Object.Metadata.Name, b.Object.Metadata.Name))
-	})
-	return p
-}
-
-// ours reports whether a replica is this deployment's.
-func (s *pass) ours(r Replica) bool {
-	return !r.Assumed && Ours(s.deployment, r.Object.Metadata.Namespace, r.Object.Metadata.Labels[v1alpha1.LabelDeployment], r.Deleting)
-}
-
-// Ours reports whether a replica in namespace, whose modelplane.ai/deployment
-// label is deployment, is d's (docs/spec.md#whose-replica): every other replica is another
-// deployment's, and only ever charged, and so is one being deleted, whose
-// pods may still hold devices. It is the one test of the rule, for readers
-// that have only a replica's metadata as much as for the scheduler.
-func Ours(d *v1alpha1.ModelDeployment, namespace, deployment string, deleting bool) bool {
-	return !deleting && deployment == d.Metadata.Name && namespace == d.Metadata.Namespace
-}
-
-// identityOf reads a replica's (cluster, index). A missing or malformed index
-// label reads as 0, the single-replica-per-cluster case it came from.
-func identityOf(r *v1alpha1.ModelReplica) identity {
-	return identity{cluster: r.Spec.ClusterName, index: parseIndex(r.Metadata.Labels[v1alpha1.LabelReplicaIndex])}
-}
-
-// parseIndex reads an index label as Modelplane v0.3 (Python's int) does: a
-// sign and underscores between digits are allowed; anything else, or a
-// number past an int, reads as 0.
-func parseIndex(s string) int {
-	s = strings.TrimSpace(s)
-	if strings.Contains(s, "__") || strings.HasSuffix(s, "_") || strings.HasPrefix(strings.TrimLeft(s, "+-"), "_") {
-		return 0
-	}
-	i, err := strconv.Atoi(strings.ReplaceAll(s, "_", ""))
-	if err != nil {
-		return 0
-	}
-	return i
 }
 
 // retain keeps each of this deployment's replicas whose cluster still exists
@@ -325,6 +216,136 @@ func (s *pass) scaleDown(kept []keptReplica, wanted int) []keptReplica {
 	return kept
 }
 
+// Re-placing (docs/spec.md#re-placing): re-placing a replica whose pods stay unscheduled. A replica
+// of the deployment is stuck when its PodsScheduled is False for longer
+// than ReplaceUnscheduledAfter and it is not Ready. It is re-placed by the
+// fill rules, never onto a pool it is or was stuck on; where nothing else
+// fits it stays. What must be remembered (the pools it was stuck on, when
+// it moved, how often) is kept in its ModelReplica's annotation.
+
+// MaxMoves bounds how often one wait moves a replica: after that many
+// moves it stays where it is until its pods are scheduled, as Armada stops
+// after maxRetries (3). The wait before each next move doubles (15, 30, 60
+// minutes at the default), as Kueue's requeue backoff grows, so a pool that
+// is only slow to boot a node is given longer each time.
+const MaxMoves = 3
+
+// keptReplica is a placement of the deployment and what placing it read of
+// the replica it keeps, if any.
+type keptReplica struct {
+	Placement
+
+	// replica is the replica kept; nil for one placed by this pass.
+	replica *Replica
+	// memory is what the replica remembers of moving.
+	memory Replacement
+	// waitingSince is when its pods began to wait where they are: the
+	// later of PodsScheduled's False and its last move. Zero when they are
+	// not known to be waiting.
+	waitingSince time.Time
+	// stuck is whether it has waited too long and may move.
+	stuck bool
+}
+
+// keep is a replica retained at a placement, judged stuck or not.
+func (s *pass) keep(p Placement, r *Replica) keptReplica {
+	k := keptReplica{Placement: p, replica: r}
+	k.memory, _ = ParseReplacement(r.Object.Metadata.Annotations[v1alpha1.AnnotationReplacement])
+	if r.ScheduledSince == nil && k.memory.Moves > 0 {
+		// Still the same wait: remembered.
+		memory := k.memory
+		k.Replacement = &memory
+	}
+	if r.UnscheduledSince == nil || r.Ready {
+		return k
+	}
+	k.waitingSince = *r.UnscheduledSince
+	if k.memory.MovedAt.After(k.waitingSince) {
+		k.waitingSince = k.memory.MovedAt
+	}
+	k.stuck = s.replaceAfter > 0 && !s.now.IsZero() && k.memory.Moves < MaxMoves &&
+		s.now.Sub(k.waitingSince) > s.replaceAfter<<k.memory.Moves
+	return k
+}
+
+// dropFirst ranks a replica for scale-down: stuck ones go first, then those
+// whose pods are not all scheduled.
+func (k keptReplica) dropFirst() int {
+	switch {
+	case k.stuck:
+		return 2
+	case k.replica != nil && k.replica.UnscheduledSince != nil:
+		return 1
+	}
+	return 0
+}
+
+// replace re-places each stuck replica, in turn, by the fill rules, never
+// onto a pool it is or was stuck on: to another pool of its own cluster it
+// is the same replica; to another cluster, a new one, and it is dropped.
+// Where nothing else fits it stays, and is charged where it is. It returns
+// the replicas kept and the moves made; never fewer replicas, and at most
+// one move each.
+func (s *pass) replace(asObserved []Placement, kept []keptReplica) ([]keptReplica, []Move) {
+	var moves []Move
+	for i := range kept {
+		k := &kept[i]
+		if !k.stuck {
+			continue
+		}
+		others := slices.Concat(asObserved, placementsOf(kept[:i]), placementsOf(kept[i+1:]))
+		load, used := loadOf(others)
+		from := poolsOf(k.Placement)
+		s.exclude = map[PoolRef]bool{}
+		for _, p := range slices.Concat(from, k.memory.StuckOn) {
+			s.exclude[p] = true
+		}
+		best, res, _ := s.chooseCluster(load)
+		s.exclude = nil
+		if best == nil {
+			s.charge(*k.replica)
+			continue
+		}
+		memory := Replacement{Moves: k.memory.Moves + 1, MovedAt: s.now.UTC().Truncate(time.Second), StuckOn: appendNew(slices.Clone(k.memory.StuckOn), from...)}
+		move := Placement{
+			Cluster: best.name, Index: k.Index, Gateway: best.gateway(), ClusterLabels: best.placementLabels(),
+			Engines: res.engines, Name: k.Name, Replacement: &memory, Moved: true,
+		}
+		if best.name != k.Cluster {
+			move.Index = lowestFreeIndex(used[best.name], 0)
+			move.New, move.Name = true, ""
+		}
+		moves = append(moves, Move{
+			Name: k.Name, From: from, To: poolsOf(move), Unscheduled: s.now.Sub(k.waitingSince),
+			SameReplica: best.name == k.Cluster,
+		})
+		*k = keptReplica{Placement: move, memory: memory, waitingSince: s.now}
+	}
+	return kept, moves
+}
+
+// appendNew appends the pools not already in list.
+func appendNew(list []PoolRef, pools ...PoolRef) []PoolRef {
+	for _, p := range pools {
+		if !slices.Contains(list, p) {
+			list = append(list, p)
+		}
+	}
+	return list
+}
+
+// poolsOf are the pools a placement's engines are on, each once, in
+// engine order.
+func poolsOf(p Placement) []PoolRef {
+	var out []PoolRef
+	for _, e := range p.Engines {
+		for _, m := range e.Members {
+			out = appendNew(out, PoolRef{Cluster: p.Cluster, Pool: m.Pool})
+		}
+	}
+	return out
+}
+
 // fill places n new replicas one at a time, each on the eligible cluster
 // hosting the fewest of this deployment's replicas (ties: cluster name) at
 // the lowest free index there. It stops early when no cluster can host
@@ -422,4 +443,58 @@ func lowestFreeIndex(used map[int]bool, from int) int {
 		index++
 	}
 	return index
+}
+
+// counted reports whether a kept replica's pods are counted by the usable
+// report of every pool it holds: a replica placed or moved by this pass
+// holds nothing yet.
+func (s *pass) counted(k keptReplica) bool {
+	cl := s.clusters[k.Cluster]
+	if k.replica == nil || k.New || k.Moved || cl == nil {
+		return false
+	}
+	holds := false
+	for _, e := range k.Engines {
+		for _, m := range e.Members {
+			if !counted(*k.replica, cl.observed[m.Pool]) {
+				return false
+			}
+			holds = true
+		}
+	}
+	return holds
+}
+
+// waiting counts the replicas whose pods wait to be scheduled, and the
+// longest wait.
+func (s *pass) waiting(kept []keptReplica) Waiting {
+	var w Waiting
+	for _, k := range kept {
+		if k.waitingSince.IsZero() {
+			continue
+		}
+		w.Replicas++
+		if !s.now.IsZero() {
+			w.Longest = max(w.Longest, s.now.Sub(k.waitingSince))
+		}
+	}
+	return w
+}
+
+// placementsOf are the placements of kept replicas.
+func placementsOf(kept []keptReplica) []Placement {
+	out := make([]Placement, 0, len(kept))
+	for _, k := range kept {
+		out = append(out, k.Placement)
+	}
+	return out
+}
+
+// keptOf are new placements as kept replicas of nothing observed.
+func keptOf(placed []Placement) []keptReplica {
+	out := make([]keptReplica, 0, len(placed))
+	for _, p := range placed {
+		out = append(out, keptReplica{Placement: p})
+	}
+	return out
 }

@@ -1,10 +1,14 @@
 package scheduling
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 )
+
+// What a pass reads (Snapshot) and returns (Plan), and the types they
+// carry; why a replica does not fit is explain.go's.
 
 // Binding is which node the ledger assumes a cluster's scheduler binds a
 // claiming pod to.
@@ -241,4 +245,81 @@ type MemberPlacement struct {
 	Role           string
 	Pool           string
 	DeviceRequests []v1alpha1.DeviceRequest
+}
+
+// Capacity is how much a plan says of what each pool had left
+// (Plan.Capacity).
+type Capacity int
+
+// How much a plan says of what each pool had left.
+const (
+	// CapacityNone says nothing.
+	CapacityNone Capacity = iota
+	// CapacityLargest says the most of each device free on one node, as a
+	// server's metrics read it on every call.
+	CapacityLargest
+	// CapacityGroups says that, and every group of nodes by free devices,
+	// as a debug log reads it: a copy of each pool's ledger.
+	CapacityGroups
+)
+
+// PoolCapacity is what one pool had left once a pass had charged the fleet
+// and placed the deployment's replicas: the ledger it planned on, read
+// only. A whole-node pool's empty nodes have every DRA device free, its
+// taken ones none.
+type PoolCapacity struct {
+	Pool PoolRef
+	// WholeNode is whether the pool was accounted in whole nodes, and
+	// Saturated whether pods charged to it did not fit, so that it took
+	// nothing new.
+	WholeNode, Saturated bool
+	// Devices are the pool's device names, in its order; Largest and a
+	// group's Free count each.
+	Devices []string
+	// Largest is the most of each device free on one node.
+	Largest []int64
+	// Groups are the pool's nodes by free devices, the most free first;
+	// only with CapacityGroups.
+	Groups []NodeGroup
+}
+
+// NodeGroup is a number of nodes with the same free devices.
+type NodeGroup struct {
+	Nodes int64
+	// Free is shared with the pass: read it, never change it.
+	Free []int64
+}
+
+// Replacement is what the function remembers of re-placing one replica,
+// kept in its ModelReplica's AnnotationReplacement, and carried over to
+// the replica that replaces it on another cluster. It is dropped once the
+// replica's pods are all scheduled: moves are bounded per wait.
+type Replacement struct {
+	// Moves is how many times the replica moved during this wait.
+	Moves int `json:"moves"`
+	// MovedAt is when it last moved: its wait on its new pools starts then,
+	// whatever its PodsScheduled says until the agent reports again.
+	MovedAt time.Time `json:"movedAt"`
+	// StuckOn are the pools it was stuck on, oldest first; it never goes
+	// back to one of them during this wait.
+	StuckOn []PoolRef `json:"stuckOn,omitempty"`
+}
+
+// ParseReplacement reads a replica's annotation; false when there is none
+// or it does not read, which is as if the replica never moved.
+func ParseReplacement(annotation string) (Replacement, bool) {
+	var r Replacement
+	if annotation == "" || json.Unmarshal([]byte(annotation), &r) != nil || r.Moves < 0 {
+		return Replacement{}, false
+	}
+	return r, true
+}
+
+// String is the annotation's value.
+func (r Replacement) String() string {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }
