@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/modelplaneai/fleet-scheduler/e2e/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/e2e/internal/freshen"
 )
 
 func main() {
@@ -20,7 +20,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: prepare-fixture <fixture-dir> <example-dir> <out-dir>")
 		os.Exit(2)
 	}
-	p, err := fixture.Prepare(os.Args[1], os.Args[2], os.Args[3], time.Now())
+	p, err := freshen.Prepare(os.Args[1], os.Args[2], os.Args[3], time.Now())
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "prepare-fixture: %s: %v\n", os.Args[1], err)
 		os.Exit(1)
