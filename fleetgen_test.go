@@ -34,9 +34,9 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
-	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	"github.com/modelplaneai/fleet-scheduler/internal/plan"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 

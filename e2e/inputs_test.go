@@ -19,7 +19,7 @@ import (
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/modelplaneai/fleet-scheduler/e2e/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/e2e/internal/freshen"
 )
 
 // Labels fleet-scheduler manages on the resources it composes.
@@ -40,12 +40,12 @@ type inputs struct {
 }
 
 // readInputs reads the fixture in dir, relative to the repository root, the
-// way fixture.Prepare resolves it.
+// way freshen.Prepare resolves it.
 func readInputs(t *testing.T, dir string) inputs {
 	t.Helper()
-	xrFile := filepath.Join(root, dir, fixture.XR)
+	xrFile := filepath.Join(root, dir, freshen.XR)
 	if _, err := os.Stat(xrFile); err != nil {
-		xrFile = filepath.Join(root, "example", fixture.XR)
+		xrFile = filepath.Join(root, "example", freshen.XR)
 	}
 	in := inputs{clusters: map[string]*unstructured.Unstructured{}}
 	xrs := readYAML(t, xrFile)
@@ -53,7 +53,7 @@ func readInputs(t *testing.T, dir string) inputs {
 		t.Fatalf("%s: want one XR, got %d documents", xrFile, len(xrs))
 	}
 	in.xr = xrs[0]
-	files, err := filepath.Glob(filepath.Join(root, dir, fixture.RequiredResources, "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(root, dir, freshen.RequiredResources, "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("%s: no required resources (%v)", dir, err)
 	}

@@ -24,7 +24,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/modelplaneai/fleet-scheduler/e2e/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/e2e/internal/freshen"
 )
 
 // The environment shared by every test of the package, set up by TestMain.
@@ -203,7 +203,7 @@ func render(t *testing.T, dir string) rendered {
 	if skip != "" {
 		t.Skip(skip)
 	}
-	p, err := fixture.Prepare(filepath.Join(root, dir), filepath.Join(root, "example"), t.TempDir(), time.Now())
+	p, err := freshen.Prepare(filepath.Join(root, dir), filepath.Join(root, "example"), t.TempDir(), time.Now())
 	if err != nil {
 		t.Fatalf("cannot prepare fixture %s: %v", dir, err)
 	}

@@ -18,7 +18,7 @@
 # composition.yaml and functions.yaml. The last three default to example/'s.
 #
 # Timestamps: fixtures are written against a fixed clock, 2026-10-20T20:06:00Z
-# (e2e/internal/fixture.Clock). The function judges an observation's freshness
+# (e2e/internal/freshen.Clock). The function judges an observation's freshness
 # (observedAt against observationMaxAge) by its own wall clock, and crossplane
 # render has no way to set a function's clock. So the fixture is copied into a
 # temporary directory first, with every observedAt and lastTransitionTime

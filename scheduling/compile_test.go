@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
-	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
 )
 
 func TestScheduleInvalidSelector(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
-	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
 )
 
 // matchedPass is a pass prepared for one deployment on one cluster, for

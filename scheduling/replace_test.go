@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
-	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
 )
 
 // replaceNow is the clock of the re-placing tests; waits are measured back

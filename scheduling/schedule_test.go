@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
-	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
 )
 
 var observedAt = time.Date(2026, 10, 20, 20, 6, 0, 0, time.UTC)

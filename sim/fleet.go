@@ -45,7 +45,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/agent"
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
-	"github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
 	"github.com/modelplaneai/fleet-scheduler/sim/kube"
 )
 

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
-	"github.com/modelplaneai/fleet-scheduler/internal/composereplica"
+	"github.com/modelplaneai/fleet-scheduler/sim/composereplica"
 	"github.com/modelplaneai/fleet-scheduler/sim/kube"
 )
 
@@ -59,7 +59,7 @@ func (r *replica) bound() bool {
 
 // newReplica makes the pods of a ModelReplica the scheduler asked for, as
 // Modelplane v0.3 and the cluster's controllers would: compose-model-replica's
-// workloads (internal/composereplica, sized by opts), each pod its
+// workloads (sim/composereplica, sized by opts), each pod its
 // Deployment's ReplicaSet or its LeaderWorkerSet's StatefulSets make, with
 // the claim the resourceclaim controller makes from its template. The
 // endpoint picker's pod is left out: it tolerates no GPU taint, so it runs

@@ -16,9 +16,9 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
-	"github.com/modelplaneai/fleet-scheduler/internal/composereplica"
-	"github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
+	"github.com/modelplaneai/fleet-scheduler/sim/composereplica"
 )
 
 // testCluster is one cluster of a pool "p" of nodes with 8 GPUs each.

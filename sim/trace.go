@@ -13,8 +13,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/modelplaneai/fleet-scheduler/internal/composereplica"
-	"github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
+	"github.com/modelplaneai/fleet-scheduler/sim/composereplica"
 )
 
 // TraceOptions say how to replay a trace.

@@ -20,8 +20,8 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
-	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
-	"github.com/modelplaneai/fleet-scheduler/internal/wire/wiretest"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/testkit/wiretest"
 )
 
 // itemsOf is a Resources of the Structs as its items' resources.

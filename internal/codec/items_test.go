@@ -12,7 +12,7 @@ import (
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
-	"github.com/modelplaneai/fleet-scheduler/internal/wire/wiretest"
+	"github.com/modelplaneai/fleet-scheduler/internal/testkit/wiretest"
 )
 
 func TestItemReader(t *testing.T) {

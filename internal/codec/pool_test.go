@@ -16,8 +16,8 @@ import (
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
-	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
-	"github.com/modelplaneai/fleet-scheduler/internal/wire/wiretest"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/testkit/wiretest"
 )
 
 // lentTo is the buffer c lent to req, if any.

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
-	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
 )
 
 func TestEncoderSharesTemplates(t *testing.T) {

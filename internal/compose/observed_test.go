@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/modelplaneai/fleet-scheduler/internal/wire/wiretest"
+	"github.com/modelplaneai/fleet-scheduler/internal/testkit/wiretest"
 )
 
 func TestIsReady(t *testing.T) {

@@ -9,9 +9,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
-	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/testkit/wiretest"
 	"github.com/modelplaneai/fleet-scheduler/internal/wire"
-	"github.com/modelplaneai/fleet-scheduler/internal/wire/wiretest"
 )
 
 func TestReadCluster(t *testing.T) {

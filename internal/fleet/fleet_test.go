@@ -7,9 +7,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
-	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/testkit/wiretest"
 	"github.com/modelplaneai/fleet-scheduler/internal/wire"
-	"github.com/modelplaneai/fleet-scheduler/internal/wire/wiretest"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 

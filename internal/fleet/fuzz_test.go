@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
-	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/testkit/wiretest"
 	"github.com/modelplaneai/fleet-scheduler/internal/wire"
-	"github.com/modelplaneai/fleet-scheduler/internal/wire/wiretest"
 )
 
 // Hand-crafted wire bytes, for what a marshaller never writes: several

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/testkit/wiretest"
 	"github.com/modelplaneai/fleet-scheduler/internal/wire"
-	"github.com/modelplaneai/fleet-scheduler/internal/wire/wiretest"
 )
 
 // jsonEqual compares raw JSON by meaning, not bytes: key order may differ.

@@ -10,8 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
-	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
-	"github.com/modelplaneai/fleet-scheduler/internal/wire/wiretest"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/testkit/wiretest"
 )
 
 func TestReadReplica(t *testing.T) {

@@ -27,8 +27,8 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/crossplane/function-sdk-go/proto/v1beta1"
 
-	"github.com/modelplaneai/fleet-scheduler/internal/benchfleet"
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
+	"github.com/modelplaneai/fleet-scheduler/internal/testkit/benchfleet"
 )
 
 // freeAddress is a loopback address no one listens on, for now.

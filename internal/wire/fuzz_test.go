@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/modelplaneai/fleet-scheduler/internal/wire/wiretest"
+	"github.com/modelplaneai/fleet-scheduler/internal/testkit/wiretest"
 )
 
 // FuzzFields: of bytes protobuf decodes as a Struct, Fields and Get read

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/modelplaneai/fleet-scheduler/internal/wire/wiretest"
+	"github.com/modelplaneai/fleet-scheduler/internal/testkit/wiretest"
 )
 
 // compareValues compares values by field; raw bytes nil and empty are the

@@ -7,7 +7,7 @@
 //     gateway) and ClusterReady, as v0.3 writes them. It composes no
 //     ServingStack: the test installs the cluster agent itself.
 //   - compose-model-replica: a provider-kubernetes Object for each workload
-//     internal/composereplica builds (v0.3.1's pods), marked ready as v0.3
+//     sim/composereplica builds (v0.3.1's pods), marked ready as v0.3
 //     marks them, and ModelAccepted and ModelReady.
 //
 // It is a test fixture, never shipped.
@@ -29,7 +29,7 @@ import (
 	"github.com/crossplane/function-sdk-go/response"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
-	"github.com/modelplaneai/fleet-scheduler/internal/composereplica"
+	"github.com/modelplaneai/fleet-scheduler/sim/composereplica"
 )
 
 func main() {

@@ -3,8 +3,8 @@
 // the results as a Markdown table (fleetsim.md) and an SVG chart
 // (fleetsim.svg).
 //
-//	go run ./cmd/fleetsim -out docs/
-//	go run ./cmd/fleetsim -nodes NODES.csv -pods PODS.csv -clusters 4 -out DIR
+//	go run ./sim/cmd/fleetsim -out docs/
+//	go run ./sim/cmd/fleetsim -nodes NODES.csv -pods PODS.csv -clusters 4 -out DIR
 //
 // With -nodes and -pods it replays a trace in the Alibaba
 // cluster-trace-gpu-v2023 (openb) format instead of the scenarios.
@@ -466,7 +466,7 @@ func runModes(o options, sc sim.Scenario, b sim.Binder, modes []sim.Mode) ([]sim
 }
 
 func commandLine() string {
-	return strings.Join(append([]string{"go run ./cmd/fleetsim"}, os.Args[1:]...), " ")
+	return strings.Join(append([]string{"go run ./sim/cmd/fleetsim"}, os.Args[1:]...), " ")
 }
 
 // write writes the table to out/fleetsim.md and the chart to

@@ -3,7 +3,7 @@
 // ModelReplicas of other deployments (a vLLM engine's pod template, stamped
 // device requests, labels and status conditions), and the
 // RunFunctionRequest Crossplane sends once it has fetched them. The
-// benchmarks, the serving tests and the load driver (cmd/fnload) share it.
+// benchmarks, the serving tests and the load driver (sim/cmd/fnload) share it.
 package benchfleet
 
 import (
@@ -19,7 +19,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/internal/compose"
-	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
 )
 
 // Shape of the benchmark fleet: 100 clusters of 8 pools of 8xH100 nodes.

@@ -8,7 +8,7 @@
 // and levels are interleaved, repeat after repeat, so that a noisy machine
 // spreads over all of them alike.
 //
-//	go run ./cmd/fnload -server before=71a174d -server 'after=. --max-concurrent-streams=4'
+//	go run ./sim/cmd/fnload -server before=71a174d -server 'after=. --max-concurrent-streams=4'
 //
 // A -server is label=revision, then any flags for the server: revision "."
 // is the work tree as it is, bin:<path> a binary built already. The report is Markdown: each run, then the

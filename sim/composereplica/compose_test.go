@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
-	"github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
 )
 
 func TestChildName(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
-	"github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
 )
 
 // podView is what a test checks of a pod.

@@ -16,7 +16,7 @@ import (
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
-	"github.com/modelplaneai/fleet-scheduler/internal/benchfleet"
+	"github.com/modelplaneai/fleet-scheduler/internal/testkit/benchfleet"
 )
 
 // requests are the calls' RunFunctionRequests on the wire: the fleet,
