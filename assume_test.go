@@ -163,7 +163,7 @@ func TestAssumedPlacements(t *testing.T) {
 func TestAssumedPlacementsUnderConcurrentCalls(t *testing.T) {
 	const free, callers = 5, 16
 	cluster := assumeFleet(free)
-	requests := codec.New(requiredClusters, requiredReplicas)
+	requests := codec.New(fleet.RequiredClusters, fleet.RequiredReplicas)
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer(grpc.ForceServerCodecV2(requests))
 	f := assumingFunction()

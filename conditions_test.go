@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 )
 
 func TestRunFunctionConditions(t *testing.T) {
@@ -101,7 +102,7 @@ func TestRunFunctionConditions(t *testing.T) {
 			reason: "A referenced ModelCache that does not exist keeps existing replicas and places none.",
 			req: func() *fnv1.RunFunctionRequest {
 				r := request(t, fx.Deployment("m").Replicas(2).Cache("qwen").Obj(), []any{fx.Cluster("a").Obj()}, []any{fx.Replica("m", "a", 0).Obj()})
-				r.RequiredResources[requiredCache] = &fnv1.Resources{}
+				r.RequiredResources[fleet.RequiredCache] = &fnv1.Resources{}
 				return r
 			}(),
 			want: want{

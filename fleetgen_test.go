@@ -507,7 +507,7 @@ func TestFirstCallAnswersAsWarm(t *testing.T) {
 		// assumes nothing on its first call.
 		restarted := newFunction(logging.NewNopLogger(), true, 2*time.Minute)
 		restarted.now = func() time.Time { return clock }
-		first := serveWith(t, codec.New(requiredClusters, requiredReplicas), restarted, req)
+		first := serveWith(t, codec.New(fleet.RequiredClusters, fleet.RequiredReplicas), restarted, req)
 		got := serve(t, warm, req)
 		deterministic := proto.MarshalOptions{Deterministic: true}
 		wb, err := deterministic.Marshal(want)
@@ -549,11 +549,11 @@ func TestEveryCallSetsEveryCondition(t *testing.T) {
 		if err != nil {
 			t.Fatalf("request %d: RunFunction(...): %v", i, err)
 		}
-		_, clusters := req.GetRequiredResources()[requiredClusters]
-		_, replicas := req.GetRequiredResources()[requiredReplicas]
-		_, cache := req.GetRequiredResources()[requiredCache]
+		_, clusters := req.GetRequiredResources()[fleet.RequiredClusters]
+		_, replicas := req.GetRequiredResources()[fleet.RequiredReplicas]
+		_, cache := req.GetRequiredResources()[fleet.RequiredCache]
 		fatal := slices.ContainsFunc(rsp.GetResults(), func(r *fnv1.Result) bool { return r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL })
-		if fatal || !clusters || !replicas || (rsp.GetRequirements().GetResources()[requiredCache] != nil && !cache) {
+		if fatal || !clusters || !replicas || (rsp.GetRequirements().GetResources()[fleet.RequiredCache] != nil && !cache) {
 			continue
 		}
 		got := map[string]string{}

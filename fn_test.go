@@ -26,6 +26,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
@@ -61,8 +62,8 @@ func request(t *testing.T, xr *v1alpha1.ModelDeployment, clusters []any, replica
 		Meta:     &fnv1.RequestMeta{Tag: "t"},
 		Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: toStruct(t, xr)}},
 		RequiredResources: map[string]*fnv1.Resources{
-			requiredClusters: resources(t, clusters...),
-			requiredReplicas: resources(t, replicas...),
+			fleet.RequiredClusters: resources(t, clusters...),
+			fleet.RequiredReplicas: resources(t, replicas...),
 		},
 	}
 }
@@ -180,7 +181,7 @@ func TestRunFunctionCompose(t *testing.T) {
 		"replica-a-0": observedReady(t, rsp.GetDesired().GetResources()["replica-a-0"].GetResource()),
 		"replica-b-0": rsp.GetDesired().GetResources()["replica-b-0"],
 	}
-	req.RequiredResources[requiredReplicas] = resources(t, replicaFrom(t, rsp, "replica-a-0"), replicaFrom(t, rsp, "replica-b-0"))
+	req.RequiredResources[fleet.RequiredReplicas] = resources(t, replicaFrom(t, rsp, "replica-a-0"), replicaFrom(t, rsp, "replica-b-0"))
 	rsp = run(t, req)
 	name := "qwen3-8b-03a63"
 	// The replica's name and labels, but for the label that says whether a
@@ -269,7 +270,7 @@ func TestRunFunctionInvalidSelectorKeepsReplicas(t *testing.T) {
 }
 
 // testCodec is the request codec, as main.go makes it.
-var testCodec = codec.New(requiredClusters, requiredReplicas)
+var testCodec = codec.New(fleet.RequiredClusters, fleet.RequiredReplicas)
 
 // serve runs f on a request as the server receives it, through the request
 // codec.

@@ -43,7 +43,7 @@ func hostileServer(t *testing.T) *grpc.ClientConn {
 		t.Fatal(err)
 	}
 	fn := &Function{log: logging.NewNopLogger(), now: func() time.Time { return benchNow }, fleet: fleet.NewReader(), planner: plan.Planner{Selectors: scheduling.NewSelectors()}}
-	srv := server.New(so, codec.New(requiredClusters, requiredReplicas), fn, defaultMaxConcurrentStreams)
+	srv := server.New(so, codec.New(fleet.RequiredClusters, fleet.RequiredReplicas), fn, defaultMaxConcurrentStreams)
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
@@ -203,7 +203,7 @@ func TestHostileRequests(t *testing.T) {
 				s := mustStruct(c)
 				pools := s.GetFields()["status"].GetStructValue().GetFields()["gpuPools"].GetListValue().GetValues()
 				pool := structWith(t, pools[0].GetStructValue(), []string{"nodesByFreeDevices"}, listValue(structValue(nested(10_000))))
-				return withItems(t, req, requiredClusters, structWith(t, s, []string{"status", "gpuPools"}, listValue(structValue(pool))))
+				return withItems(t, req, fleet.RequiredClusters, structWith(t, s, []string{"status", "gpuPools"}, listValue(structValue(pool))))
 			},
 			check: func(a answer) string {
 				return wantPlaced(a.rsp, a.err, benchNewReplicas, "cannot read InferenceCluster deep: status.gpuPools[0].nodesByFreeDevices[0].a.a.a.a.a.a.a.a.(9977 more).a.a.a.a.a.a.a.a.a.a.a.a.a: nested deeper than 10000")
@@ -218,7 +218,7 @@ func TestHostileRequests(t *testing.T) {
 				r := mustStruct(unscheduled(benchReplicaOn("cluster-000")))
 				// An engine whose members are a Struct 10,000 deep, not a list.
 				engine := append(wiretest.StructEntry("name", stringValue("main")), wiretest.StructEntry("members", structValue(nested(10_000)))...)
-				return withItems(t, req, requiredReplicas, structWith(t, r, []string{"spec", "engines"}, listValue(structValue(engine))))
+				return withItems(t, req, fleet.RequiredReplicas, structWith(t, r, []string{"spec", "engines"}, listValue(structValue(engine))))
 			},
 			check: func(a answer) string {
 				r := benchReplicaOn("cluster-000")
@@ -245,7 +245,7 @@ func TestHostileRequests(t *testing.T) {
 				req := smallFleet()
 				r := mustStruct(ownReplicaOn("cluster-000"))
 				labels := wiretest.Marshalled(t, r.GetFields()["metadata"].GetStructValue().GetFields()["labels"].GetStructValue())
-				return withItems(t, req, requiredReplicas, structWith(t, r, []string{"metadata", "labels"}, structValue(append(labels, manyKeys(1_000_000)...))))
+				return withItems(t, req, fleet.RequiredReplicas, structWith(t, r, []string{"metadata", "labels"}, structValue(append(labels, manyKeys(1_000_000)...))))
 			},
 			check: func(a answer) string {
 				if msg := wantPlaced(a.rsp, a.err, benchNewReplicas, ""); msg != "" {
@@ -269,7 +269,7 @@ func TestHostileRequests(t *testing.T) {
 				devices := c.GetFields()["status"].GetStructValue().GetFields()["gpuPools"].GetListValue().GetValues()[0].GetStructValue().GetFields()["devices"].GetListValue().GetValues()
 				dev := structWith(t, devices[0].GetStructValue(), []string{"attributes"}, structValue(manyKeys(1_000_000)))
 				pool := structWith(t, c.GetFields()["status"].GetStructValue().GetFields()["gpuPools"].GetListValue().GetValues()[0].GetStructValue(), []string{"devices"}, listValue(structValue(dev)))
-				return withItems(t, req, requiredClusters, structWith(t, c, []string{"status", "gpuPools"}, listValue(structValue(pool))))
+				return withItems(t, req, fleet.RequiredClusters, structWith(t, c, []string{"status", "gpuPools"}, listValue(structValue(pool))))
 			},
 			check: func(a answer) string {
 				return wantPlaced(a.rsp, a.err, benchNewReplicas, "cannot read InferenceCluster attrs: status.gpuPools[0].devices[0]: 17000256 bytes, more than the 65536")
@@ -284,7 +284,7 @@ func TestHostileRequests(t *testing.T) {
 				for i := range items {
 					items[i] = []byte{}
 				}
-				return withItems(t, smallFleet(), requiredReplicas, items...)
+				return withItems(t, smallFleet(), fleet.RequiredReplicas, items...)
 			},
 			check: func(a answer) string {
 				return wantPlaced(a.rsp, a.err, benchNewReplicas, "")
@@ -339,7 +339,7 @@ func TestHostileRequests(t *testing.T) {
 					meta := wiretest.Cat(wiretest.StructEntry("name", stringValue(fmt.Sprintf("broken-%06d", i))), wiretest.StructEntry("namespace", stringValue("team-01")))
 					items[i] = wiretest.Cat(wiretest.StructEntry("metadata", structValue(meta)), wiretest.StructEntry("spec", stringValue("broken")))
 				}
-				return withItems(t, smallFleet(), requiredReplicas, items...)
+				return withItems(t, smallFleet(), fleet.RequiredReplicas, items...)
 			},
 			check: func(a answer) string {
 				if why := wantPlaced(a.rsp, a.err, benchNewReplicas, "99900 more warnings like the ones above are not shown"); why != "" {
@@ -358,7 +358,7 @@ func TestHostileRequests(t *testing.T) {
 				t.Helper()
 				xr := benchDeployment()
 				xr.Spec.Template.Spec.Engines = []v1alpha1.Engine{fx.Standalone("main", fx.Request("d3", 2), fx.Request("d7", 1))}
-				return withItems(t, fleetRequest(xr, nil, nil, nil), requiredClusters, widePools(t, 800, 16, 64))
+				return withItems(t, fleetRequest(xr, nil, nil, nil), fleet.RequiredClusters, widePools(t, 800, 16, 64))
 			},
 			check: func(a answer) string {
 				return wantPlaced(a.rsp, a.err, benchNewReplicas, "")

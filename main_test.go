@@ -29,7 +29,7 @@ import (
 // must be what a fresh server gives for the request decoded in process.
 func TestServedOverGRPC(t *testing.T) {
 	lis := bufconn.Listen(1 << 20)
-	requests := codec.New(requiredClusters, requiredReplicas)
+	requests := codec.New(fleet.RequiredClusters, fleet.RequiredReplicas)
 	srv := grpc.NewServer(grpc.ForceServerCodecV2(requests), grpc.MaxRecvMsgSize(64<<20))
 	served := &Function{log: logging.NewNopLogger(), now: func() time.Time { return benchNow }, fleet: fleet.NewReader(), planner: plan.Planner{Selectors: scheduling.NewSelectors()}}
 	fnv1.RegisterFunctionRunnerServiceServer(srv, requests.Server(served))

@@ -28,6 +28,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/assume"
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
@@ -38,8 +39,8 @@ import (
 // narrowing is a server that read a fleet of API objects whole, every
 // ModelReplica labelled, for the deployment of uid at t: its next calls for
 // it may read narrowly.
-func narrowing(uid string, t time.Time) *plan.Narrowing {
-	n := plan.NewNarrowing(plan.DefaultFullEvery)
+func narrowing(uid string, t time.Time) *fleet.Narrowing {
+	n := fleet.NewNarrowing(fleet.DefaultFullEvery)
 	n.ReadWhole(uid, 0, 0, t)
 	n.Answered(uid, nil)
 	return n
@@ -65,8 +66,8 @@ func answered(rsp *fnv1.RunFunctionResponse) bool { return len(rsp.GetConditions
 func narrowRequest(t *testing.T, req *fnv1.RunFunctionRequest, xr *v1alpha1.ModelDeployment) *fnv1.RunFunctionRequest {
 	t.Helper()
 	out := proto.CloneOf(req)
-	all := out.GetRequiredResources()[requiredReplicas]
-	delete(out.GetRequiredResources(), requiredReplicas)
+	all := out.GetRequiredResources()[fleet.RequiredReplicas]
+	delete(out.GetRequiredResources(), fleet.RequiredReplicas)
 	own, uncounted := &fnv1.Resources{}, &fnv1.Resources{}
 	for _, item := range all.GetItems() {
 		md := item.GetResource().GetFields()["metadata"].GetStructValue().GetFields()
@@ -78,8 +79,8 @@ func narrowRequest(t *testing.T, req *fnv1.RunFunctionRequest, xr *v1alpha1.Mode
 			uncounted.Items = append(uncounted.Items, item)
 		}
 	}
-	out.RequiredResources[requiredOwnReplicas] = own
-	out.RequiredResources[requiredUncountedReplicas] = uncounted
+	out.RequiredResources[fleet.RequiredOwnReplicas] = own
+	out.RequiredResources[fleet.RequiredUncountedReplicas] = uncounted
 	return out
 }
 
@@ -93,7 +94,7 @@ func TestNarrowHandshake(t *testing.T) {
 	other.Metadata.Labels[v1alpha1.LabelCounted] = "false"
 	carrying := func(names ...string) *fnv1.RunFunctionRequest {
 		req := request(t, xr, []any{usable}, []any{other})
-		carried := map[string]*fnv1.Resources{requiredClusters: req.GetRequiredResources()[requiredClusters]}
+		carried := map[string]*fnv1.Resources{fleet.RequiredClusters: req.GetRequiredResources()[fleet.RequiredClusters]}
 		for _, n := range names {
 			carried[n] = &fnv1.Resources{Items: []*fnv1.Resource{{Resource: toStruct(t, other)}}}
 		}
@@ -106,7 +107,7 @@ func TestNarrowHandshake(t *testing.T) {
 	}
 	cases := map[string]struct {
 		reason string
-		n      *plan.Narrowing
+		n      *fleet.Narrowing
 		req    *fnv1.RunFunctionRequest
 		want   want
 	}{
@@ -114,40 +115,40 @@ func TestNarrowHandshake(t *testing.T) {
 			reason: "A server that read a labelled fleet whole asks narrowly from the first iteration, before any cluster is carried.",
 			n:      narrowing("uid-m", at),
 			req:    &fnv1.RunFunctionRequest{Observed: request(t, xr, nil, nil).GetObserved()},
-			want:   want{askedFor: []string{requiredClusters, requiredOwnReplicas, requiredUncountedReplicas}},
+			want:   want{askedFor: []string{fleet.RequiredClusters, fleet.RequiredOwnReplicas, fleet.RequiredUncountedReplicas}},
 		},
 		"NarrowResolved": {
 			reason: "With the clusters' every pool usable and the narrow lists carried, it answers.",
 			n:      narrowing("uid-m", at),
-			req:    carrying(requiredOwnReplicas, requiredUncountedReplicas),
-			want:   want{askedFor: []string{requiredClusters, requiredOwnReplicas, requiredUncountedReplicas}, answered: true},
+			req:    carrying(fleet.RequiredOwnReplicas, fleet.RequiredUncountedReplicas),
+			want:   want{askedFor: []string{fleet.RequiredClusters, fleet.RequiredOwnReplicas, fleet.RequiredUncountedReplicas}, answered: true},
 		},
 		"StalePoolGoesFull": {
 			reason: "A stale pool carried sends the call back to the whole fleet: it asks again, and answers nothing yet.",
 			n:      narrowing("uid-m", at),
 			req: func() *fnv1.RunFunctionRequest {
-				req := carrying(requiredOwnReplicas, requiredUncountedReplicas)
-				req.RequiredResources[requiredClusters] = resources(t, stale)
+				req := carrying(fleet.RequiredOwnReplicas, fleet.RequiredUncountedReplicas)
+				req.RequiredResources[fleet.RequiredClusters] = resources(t, stale)
 				return req
 			}(),
-			want: want{askedFor: []string{requiredReplicas, requiredClusters}},
+			want: want{askedFor: []string{fleet.RequiredReplicas, fleet.RequiredClusters}},
 		},
 		"OnceFullStaysFull": {
 			reason: "An iteration that carries the whole fleet stays full, though every pool is usable now.",
 			n:      narrowing("uid-m", at),
-			req:    carrying(requiredReplicas),
-			want:   want{askedFor: []string{requiredReplicas, requiredClusters}, answered: true},
+			req:    carrying(fleet.RequiredReplicas),
+			want:   want{askedFor: []string{fleet.RequiredReplicas, fleet.RequiredClusters}, answered: true},
 		},
 		"NewServerReadsWhole": {
 			reason: "A server just started (or restarted) knows no labels: it reads the fleet whole.",
-			n:      plan.NewNarrowing(plan.DefaultFullEvery),
-			req:    carrying(requiredOwnReplicas, requiredUncountedReplicas),
-			want:   want{askedFor: []string{requiredReplicas, requiredClusters}},
+			n:      fleet.NewNarrowing(fleet.DefaultFullEvery),
+			req:    carrying(fleet.RequiredOwnReplicas, fleet.RequiredUncountedReplicas),
+			want:   want{askedFor: []string{fleet.RequiredReplicas, fleet.RequiredClusters}},
 		},
 		"NoNarrowRequests": {
 			reason: "--no-narrow-requests always reads the fleet whole.",
-			req:    carrying(requiredReplicas),
-			want:   want{askedFor: []string{requiredReplicas, requiredClusters}, answered: true},
+			req:    carrying(fleet.RequiredReplicas),
+			want:   want{askedFor: []string{fleet.RequiredReplicas, fleet.RequiredClusters}, answered: true},
 		},
 	}
 	for name, tc := range cases {
@@ -182,7 +183,7 @@ func TestNarrowLearnsFromWholeFleets(t *testing.T) {
 		}
 		return r
 	}
-	f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return at }, narrowing: plan.NewNarrowing(plan.DefaultFullEvery)}
+	f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return at }, narrowing: fleet.NewNarrowing(fleet.DefaultFullEvery)}
 	call := func(replicas ...any) []string {
 		t.Helper()
 		rsp, err := f.RunFunction(context.Background(), request(t, xr, []any{cluster}, replicas))
@@ -199,8 +200,8 @@ func TestNarrowLearnsFromWholeFleets(t *testing.T) {
 		}
 		return askedFor(first)
 	}
-	full := []string{requiredReplicas, requiredClusters}
-	narrow := []string{requiredClusters, requiredOwnReplicas, requiredUncountedReplicas}
+	full := []string{fleet.RequiredReplicas, fleet.RequiredClusters}
+	narrow := []string{fleet.RequiredClusters, fleet.RequiredOwnReplicas, fleet.RequiredUncountedReplicas}
 	steps := []struct {
 		reason   string
 		replicas []any
@@ -226,7 +227,7 @@ func TestNarrowLearnsFromWholeFleets(t *testing.T) {
 func labelCurrent(t *testing.T, req *fnv1.RunFunctionRequest, maxAge time.Duration, at time.Time) {
 	t.Helper()
 	clusters := map[string][]*v1alpha1.InferenceCluster{}
-	for _, item := range req.GetRequiredResources()[requiredClusters].GetItems() {
+	for _, item := range req.GetRequiredResources()[fleet.RequiredClusters].GetItems() {
 		var c v1alpha1.InferenceCluster
 		if decodeInto(item.GetResource(), &c) != nil {
 			// A cluster that does not decode: none of its replicas is counted.
@@ -235,7 +236,7 @@ func labelCurrent(t *testing.T, req *fnv1.RunFunctionRequest, maxAge time.Durati
 		}
 		clusters[c.Metadata.Name] = append(clusters[c.Metadata.Name], &c)
 	}
-	for _, item := range req.GetRequiredResources()[requiredReplicas].GetItems() {
+	for _, item := range req.GetRequiredResources()[fleet.RequiredReplicas].GetItems() {
 		counted := false
 		var r v1alpha1.ModelReplica
 		if decodeInto(item.GetResource(), &r) == nil {
@@ -272,7 +273,7 @@ func decodeInto(s *structpb.Struct, out any) error {
 // carries, read independently of the function: every cluster decodes, and
 // every pool of each has a usable report.
 func everyPoolUsable(req *fnv1.RunFunctionRequest, maxAge time.Duration, at time.Time) bool {
-	for _, item := range req.GetRequiredResources()[requiredClusters].GetItems() {
+	for _, item := range req.GetRequiredResources()[fleet.RequiredClusters].GetItems() {
 		var c v1alpha1.InferenceCluster
 		if decodeInto(item.GetResource(), &c) != nil {
 			return false
@@ -323,7 +324,7 @@ func TestNarrowCallsAnswerAsFull(t *testing.T) {
 		}
 		g.xr["metadata"].(map[string]any)["uid"] = "xr-uid"
 		req := g.build()
-		if req.GetRequiredResources()[requiredReplicas] == nil {
+		if req.GetRequiredResources()[fleet.RequiredReplicas] == nil {
 			continue
 		}
 		clock := g.now
@@ -347,7 +348,7 @@ func TestNarrowCallsAnswerAsFull(t *testing.T) {
 			t.Fatal(err)
 		}
 		switch {
-		case slices.Contains(askedFor(got), requiredReplicas):
+		case slices.Contains(askedFor(got), fleet.RequiredReplicas):
 			refused++
 			if everyPoolUsable(req, maxAge, clock) {
 				t.Fatalf("request %d: every pool is usable, yet the call asks for the whole fleet", i)
@@ -396,7 +397,7 @@ func TestNarrowStaleLabels(t *testing.T) {
 		g.xr["metadata"].(map[string]any)["uid"] = "xr-uid"
 		g.input = nil
 		req := g.build()
-		if req.GetRequiredResources()[requiredReplicas] == nil {
+		if req.GetRequiredResources()[fleet.RequiredReplicas] == nil {
 			continue
 		}
 		clock := g.now
@@ -409,13 +410,13 @@ func TestNarrowStaleLabels(t *testing.T) {
 		// labelled not counted, or one not counted is labelled counted.
 		falseStale, trueStale := proto.CloneOf(req), proto.CloneOf(req)
 		withoutStale := proto.CloneOf(req)
-		withoutStale.RequiredResources[requiredReplicas] = &fnv1.Resources{}
+		withoutStale.RequiredResources[fleet.RequiredReplicas] = &fnv1.Resources{}
 		flipped := false
-		for j, item := range req.GetRequiredResources()[requiredReplicas].GetItems() {
+		for j, item := range req.GetRequiredResources()[fleet.RequiredReplicas].GetItems() {
 			md := item.GetResource().GetFields()["metadata"].GetStructValue().GetFields()
 			ours := md["labels"].GetStructValue().GetFields()[v1alpha1.LabelDeployment].GetStringValue() == xr.Metadata.Name && md["namespace"].GetStringValue() == xr.Metadata.Namespace
 			label := func(r *fnv1.RunFunctionRequest, v string) {
-				r.GetRequiredResources()[requiredReplicas].GetItems()[j].GetResource().GetFields()["metadata"].GetStructValue().GetFields()["labels"].GetStructValue().Fields[v1alpha1.LabelCounted] = structpb.NewStringValue(v)
+				r.GetRequiredResources()[fleet.RequiredReplicas].GetItems()[j].GetResource().GetFields()["metadata"].GetStructValue().GetFields()["labels"].GetStructValue().Fields[v1alpha1.LabelCounted] = structpb.NewStringValue(v)
 			}
 			counted := md["labels"].GetStructValue().GetFields()[v1alpha1.LabelCounted].GetStringValue() == "true"
 			if !ours && counted {
@@ -426,7 +427,7 @@ func TestNarrowStaleLabels(t *testing.T) {
 				flipped = true
 				continue
 			}
-			withoutStale.RequiredResources[requiredReplicas].Items = append(withoutStale.RequiredResources[requiredReplicas].Items, item)
+			withoutStale.RequiredResources[fleet.RequiredReplicas].Items = append(withoutStale.RequiredResources[fleet.RequiredReplicas].Items, item)
 		}
 		for _, c := range []struct {
 			what         string
@@ -445,7 +446,7 @@ func TestNarrowStaleLabels(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !answered(got) || slices.Contains(askedFor(got), requiredReplicas) {
+			if !answered(got) || slices.Contains(askedFor(got), fleet.RequiredReplicas) {
 				continue
 			}
 			compared++
@@ -479,7 +480,7 @@ func TestNarrowAssumedPlacements(t *testing.T) {
 	}
 	a, b := assumeXR("a"), assumeXR("b")
 	clock := at
-	f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return clock }, planner: plan.Planner{Ledger: assume.New(ttl)}, narrowing: plan.NewNarrowing(plan.DefaultFullEvery)}
+	f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return clock }, planner: plan.Planner{Ledger: assume.New(ttl)}, narrowing: fleet.NewNarrowing(fleet.DefaultFullEvery)}
 	rsp, err := f.RunFunction(context.Background(), request(t, a, []any{pool(2, at.Add(-time.Minute))}, nil))
 	if err != nil {
 		t.Fatal(err)
@@ -509,7 +510,7 @@ func TestNarrowAssumedPlacements(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !answered(rsp) || slices.Contains(askedFor(rsp), requiredReplicas) {
+		if !answered(rsp) || slices.Contains(askedFor(rsp), fleet.RequiredReplicas) {
 			t.Fatalf("%s\nb's call did not answer narrowly: it asks for %v", step.reason, askedFor(rsp))
 		}
 		if got := len(composed(rsp)); got != step.placed {
@@ -570,9 +571,9 @@ func TestFleetSimNarrow(t *testing.T) {
 			var clock time.Time
 			f := newFunction(logging.NewNopLogger(), true, 0)
 			f.now = func() time.Time { return clock }
-			f.narrowing = plan.NewNarrowing(plan.DefaultFullEvery)
+			f.narrowing = fleet.NewNarrowing(fleet.DefaultFullEvery)
 			lis := bufconn.Listen(1 << 20)
-			requests := codec.New(requiredClusters, requiredReplicas, requiredOwnReplicas, requiredUncountedReplicas)
+			requests := codec.New(fleet.RequiredClusters, fleet.RequiredReplicas, fleet.RequiredOwnReplicas, fleet.RequiredUncountedReplicas)
 			srv := grpc.NewServer(grpc.ForceServerCodecV2(requests), grpc.MaxRecvMsgSize(64<<20))
 			fnv1.RegisterFunctionRunnerServiceServer(srv, requests.Server(f))
 			go func() { _ = srv.Serve(lis) }()

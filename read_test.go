@@ -15,15 +15,16 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/fixture"
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 )
 
 func TestRunFunctionHandshake(t *testing.T) {
 	xr := fx.Deployment("m").ClusterSelector(map[string]string{"tier": "prod"}).Cache("qwen").Obj()
 	ns := fx.Namespace
 	want := &fnv1.Requirements{Resources: map[string]*fnv1.ResourceSelector{
-		requiredReplicas: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelReplica, Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{}}},
-		requiredCache:    {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelCache, Match: &fnv1.ResourceSelector_MatchName{MatchName: "qwen"}, Namespace: &ns},
-		requiredClusters: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindInferenceCluster, Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{"tier": "prod"}}}},
+		fleet.RequiredReplicas: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelReplica, Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{}}},
+		fleet.RequiredCache:    {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelCache, Match: &fnv1.ResourceSelector_MatchName{MatchName: "qwen"}, Namespace: &ns},
+		fleet.RequiredClusters: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindInferenceCluster, Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{"tier": "prod"}}}},
 	}}
 	cache := &v1alpha1.ModelCache{
 		TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelCache},
@@ -31,7 +32,7 @@ func TestRunFunctionHandshake(t *testing.T) {
 		Spec:     v1alpha1.ModelCacheSpec{ClusterSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}}},
 	}
 	withCache := clone(want)
-	withCache.Resources[requiredClusters].Match = &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{"tier": "prod", "region": "eu"}}}
+	withCache.Resources[fleet.RequiredClusters].Match = &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{"tier": "prod", "region": "eu"}}}
 
 	cases := map[string]struct {
 		reason string
@@ -48,7 +49,7 @@ func TestRunFunctionHandshake(t *testing.T) {
 			reason: "Once the ModelCache resolves, its footprint narrows the clusters asked for.",
 			req: &fnv1.RunFunctionRequest{
 				Observed:          &fnv1.State{Composite: &fnv1.Resource{Resource: toStruct(t, xr)}},
-				RequiredResources: map[string]*fnv1.Resources{requiredCache: resources(t, cache)},
+				RequiredResources: map[string]*fnv1.Resources{fleet.RequiredCache: resources(t, cache)},
 			},
 			want: withCache,
 		},
@@ -57,9 +58,9 @@ func TestRunFunctionHandshake(t *testing.T) {
 			req: &fnv1.RunFunctionRequest{
 				Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: toStruct(t, xr)}},
 				RequiredResources: map[string]*fnv1.Resources{
-					requiredCache:    resources(t, cache),
-					requiredClusters: resources(t, fx.Cluster("a").Obj()),
-					requiredReplicas: resources(t),
+					fleet.RequiredCache:    resources(t, cache),
+					fleet.RequiredClusters: resources(t, fx.Cluster("a").Obj()),
+					fleet.RequiredReplicas: resources(t),
 				},
 			},
 			want:   withCache,
