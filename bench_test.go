@@ -41,7 +41,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/sim"
 )
 
-// The benchmark fleet, shared with the load driver (cmd/fnload).
+// The benchmark fleet, shared with the load driver (sim/cmd/fnload).
 const benchNewReplicas = benchfleet.NewReplicas
 
 var (
@@ -205,7 +205,7 @@ func benchServe(b *testing.B, request func() ([]byte, error), n int, row benchRo
 		s := newBenchServer()
 		if row.narrow {
 			// A server that read the labelled fleet whole a minute ago.
-			s.fn.narrowing = plan.NewNarrowing(plan.DefaultFullEvery)
+			s.fn.narrowing = fleet.NewNarrowing(fleet.DefaultFullEvery)
 			s.fn.narrowing.ReadWhole("uid-bench", 0, 0, benchNow.Add(-time.Minute))
 			s.fn.narrowing.Answered("uid-bench", nil)
 		}
@@ -283,7 +283,7 @@ func newBenchServer() *benchServer {
 	tel := &telemetry{log: log, metrics: fsmetrics.New(time.Now, nil)}
 	return &benchServer{
 		fn:    &Function{now: func() time.Time { return benchNow }, fleet: fleet.NewReader(), planner: plan.Planner{Selectors: scheduling.NewSelectors()}, tel: tel},
-		codec: codec.New(requiredClusters, requiredReplicas, requiredOwnReplicas, requiredUncountedReplicas),
+		codec: codec.New(fleet.RequiredClusters, fleet.RequiredReplicas, fleet.RequiredOwnReplicas, fleet.RequiredUncountedReplicas),
 	}
 }
 
@@ -398,7 +398,7 @@ func BenchmarkUnmarshalRequest(b *testing.B) {
 // benchCodec is the request codec of BenchmarkUnmarshalRequest, new for
 // each measurement of what a request holds, so that no copy the codec lent
 // a request dropped before is counted.
-var benchCodec = &resettableCodec{c: codec.New(requiredClusters, requiredReplicas)}
+var benchCodec = &resettableCodec{c: codec.New(fleet.RequiredClusters, fleet.RequiredReplicas)}
 
 type resettableCodec struct{ c *codec.Codec }
 
@@ -408,7 +408,7 @@ func (r *resettableCodec) unmarshal(_ []byte, frames mem.BufferSlice, req *fnv1.
 
 func (r *resettableCodec) release(req *fnv1.RunFunctionRequest) { r.c.Release(req) }
 
-func (r *resettableCodec) reset() { r.c = codec.New(requiredClusters, requiredReplicas) }
+func (r *resettableCodec) reset() { r.c = codec.New(fleet.RequiredClusters, fleet.RequiredReplicas) }
 
 // cpuTime is the CPU time the process has used, user and system: on a
 // shared machine it tells the work a call does from the wait for a core.

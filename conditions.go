@@ -46,14 +46,14 @@ const (
 // deployment that references none has nothing to wait for: True, so that
 // a condition left by a reference since removed does not linger (Crossplane
 // keeps a condition a function stops returning).
-func setCacheCondition(rsp *fnv1.RunFunctionResponse, cache modelCache) {
+func setCacheCondition(rsp *fnv1.RunFunctionResponse, cache fleet.CacheReference) {
 	switch {
-	case cache.ref == nil:
+	case cache.Ref == nil:
 		response.ConditionTrue(rsp, condModelCacheResolved, reasonNoCacheReferenced).WithMessage("No ModelCache is referenced")
-	case cache.found:
+	case cache.Found:
 		response.ConditionTrue(rsp, condModelCacheResolved, reasonCacheResolved)
 	default:
-		msg := fmt.Sprintf("ModelCache %s not found; holding replica placement", cache.ref.Name)
+		msg := fmt.Sprintf("ModelCache %s not found; holding replica placement", cache.Ref.Name)
 		response.ConditionFalse(rsp, condModelCacheResolved, reasonCacheNotFound).WithMessage(msg)
 		response.Warning(rsp, errors.New(msg))
 	}

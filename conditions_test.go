@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,9 +13,11 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/crossplane/function-sdk-go/logging"
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
 )
 
@@ -101,7 +106,7 @@ func TestRunFunctionConditions(t *testing.T) {
 			reason: "A referenced ModelCache that does not exist keeps existing replicas and places none.",
 			req: func() *fnv1.RunFunctionRequest {
 				r := request(t, fx.Deployment("m").Replicas(2).Cache("qwen").Obj(), []any{fx.Cluster("a").Obj()}, []any{fx.Replica("m", "a", 0).Obj()})
-				r.RequiredResources[requiredCache] = &fnv1.Resources{}
+				r.RequiredResources[fleet.RequiredCache] = &fnv1.Resources{}
 				return r
 			}(),
 			want: want{
@@ -266,5 +271,50 @@ func TestRunFunctionWarningsBounded(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, []string{got[0], got[len(got)-1]}); diff != "" {
 		t.Errorf("the first and the last warnings: -want, +got:\n%s", diff)
+	}
+}
+
+// TestEveryCallSetsEveryCondition: Crossplane keeps a condition a function
+// stops returning, so every call that gets as far as the fleet sets every
+// condition the function owns, on every path: placed, no clusters, an
+// invalid nodeSelector, a ModelCache missing or not referenced.
+func TestEveryCallSetsEveryCondition(t *testing.T) {
+	g := &fleetGen{rng: rand.New(rand.NewPCG(7, 42))}
+	paths := map[string]int{}
+	for i := range 2000 {
+		if i%4 == 0 {
+			g.newEpisode()
+		} else {
+			g.evolve()
+		}
+		req := g.build()
+		clock := g.now
+		f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return clock }}
+		rsp, err := f.RunFunction(context.Background(), req)
+		if err != nil {
+			t.Fatalf("request %d: RunFunction(...): %v", i, err)
+		}
+		_, clusters := req.GetRequiredResources()[fleet.RequiredClusters]
+		_, replicas := req.GetRequiredResources()[fleet.RequiredReplicas]
+		_, cache := req.GetRequiredResources()[fleet.RequiredCache]
+		fatal := slices.ContainsFunc(rsp.GetResults(), func(r *fnv1.Result) bool { return r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL })
+		if fatal || !clusters || !replicas || (rsp.GetRequirements().GetResources()[fleet.RequiredCache] != nil && !cache) {
+			continue
+		}
+		got := map[string]string{}
+		for _, c := range rsp.GetConditions() {
+			got[c.GetType()] = c.GetReason()
+		}
+		paths[got[condReplicasScheduled]]++
+		for _, typ := range ownedConditions {
+			if _, ok := got[typ]; !ok {
+				t.Errorf("request %d: no %s condition; the response sets %v", i, typ, got)
+			}
+		}
+	}
+	for _, reason := range []string{reasonReplicasCreated, reasonScheduling, reasonInsufficientCapacity, reasonNoClusters, reasonInvalidNodeSelector} {
+		if paths[reason] == 0 {
+			t.Errorf("no request took the %s path: the generator is too narrow (paths taken: %v)", reason, paths)
+		}
 	}
 }

@@ -12,7 +12,6 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/crossplane/function-sdk-go/response"
 
-	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 )
@@ -32,7 +31,7 @@ type Function struct {
 	planner plan.Planner
 	// narrowing is what lets a call read less than the whole fleet; nil
 	// always reads it whole.
-	narrowing *plan.Narrowing
+	narrowing *fleet.Narrowing
 	// tel logs and counts each call; nil does neither.
 	tel *telemetry
 }
@@ -61,52 +60,29 @@ func (f *Function) RunFunction(ctx context.Context, req *fnv1.RunFunctionRequest
 	return rsp, nil
 }
 
-// run reads the input and the XR, asks for the fleet and, once Crossplane
-// has fetched it, reads it, plans, and writes the outcome. It notes in s
-// what it did, for the call's log line and metrics.
+// run is a call's steps: read the input and the XR, ask for the fleet
+// and, once Crossplane has fetched it, read it, plan, and write the
+// composed resources and the conditions. It notes in s what it did, for
+// the call's log line and metrics.
 func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, s *summary) error {
-	settings, err := readInput(req)
-	if err != nil {
-		return err
-	}
-	xr, err := readXR(req)
+	settings, xr, err := readRequest(req)
 	if err != nil {
 		return err
 	}
 	f.logger().Debug("Running function", "xr", xr.Metadata.Namespace+"/"+xr.Metadata.Name, "tag", req.GetMeta().GetTag())
 	now := f.clock()
 	s.xr, s.now, s.maxAge = xr, now, settings.ObservationMaxAge
-	// What to ask for depends on the clusters this iteration carries:
-	// narrowly only where every pool's report is usable.
-	clusters, readErr := f.fleet.ReadClusters(codec.ItemsOf(req.GetRequiredResources()[requiredClusters]), now, settings.ObservationMaxAge)
-	_, wentFull := req.GetRequiredResources()[requiredReplicas]
-	ask := plan.Ask{Deployment: xr.Metadata.UID, WentFull: wentFull || readErr != nil, Now: now}
-	if _, carried := req.GetRequiredResources()[requiredClusters]; carried && clusters != nil {
-		ask.Carried, ask.Clusters = true, clusters.Clusters
-	}
-	required, resolved, err := requireFleet(req, rsp, xr, f.narrowing.Narrow(ask))
-	if err != nil || !resolved {
+	asked, err := fleet.Require(f.fleet, f.narrowing, fleet.Iteration{Deployment: xr, Carried: carried{req}, Now: now, MaxAge: settings.ObservationMaxAge})
+	rsp.Requirements = requirements(asked.Selectors)
+	if err != nil || !asked.Resolved {
 		// Not resolved yet: Crossplane calls again once it has fetched it.
 		return err
 	}
-	if readErr != nil {
-		return readErr
-	}
-	fl := clusters
-	if err := f.fleet.ReadReplicas(fl, required.replicaItems(), xr); err != nil {
+	fl, err := asked.Read()
+	if err != nil {
 		return err
 	}
-	if !required.narrow {
-		f.narrowing.ReadWhole(xr.Metadata.UID, fl.Unlabelled, fl.Fixtures, now)
-	}
-	f.narrowing.Answered(xr.Metadata.UID, fl.Clusters)
-	if err := gone(ctx, "answer the call"); err != nil {
-		return err
-	}
-	outcome, err := f.planner.Plan(ctx, plan.Call{
-		Deployment: xr, Settings: settings, CacheUnresolved: required.cache.unresolved(),
-		Clusters: fl.Clusters, Replicas: fl.Replicas, Now: now, Shown: fl, Capacity: f.tel.capacity(),
-	})
+	outcome, err := f.plan(ctx, plan.Call{Deployment: xr, Settings: settings, CacheUnresolved: asked.Cache.Unresolved(), Clusters: fl.Clusters, Replicas: fl.Replicas, Now: now, Shown: fl})
 	if err != nil {
 		return err
 	}
@@ -114,7 +90,16 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, rsp *f
 	if err := gone(ctx, "compose replicas"); err != nil {
 		return err
 	}
-	return write(rsp, call{xr: xr, cache: required.cache, fleet: fl, now: now, observed: req.GetObserved().GetResources(), outcome: outcome})
+	return write(rsp, call{xr: xr, cache: asked.Cache, fleet: fl, now: now, observed: req.GetObserved().GetResources(), outcome: outcome})
+}
+
+// plan plans a call whose fleet is read, unless its caller has gone.
+func (f *Function) plan(ctx context.Context, c plan.Call) (plan.Outcome, error) {
+	if err := gone(ctx, "answer the call"); err != nil {
+		return plan.Outcome{}, err
+	}
+	c.Capacity = f.tel.capacity()
+	return f.planner.Plan(ctx, c)
 }
 
 // gone is the context's error once the caller has gone, so that the phase

@@ -59,7 +59,7 @@ func FuzzRunFunction(f *testing.F) {
 		now := time.Unix(unix, 0).UTC()
 		decoded := &fnv1.RunFunctionRequest{}
 		decodes := proto.Unmarshal(b, decoded) == nil
-		requests := codec.New(requiredClusters, requiredReplicas)
+		requests := codec.New(fleet.RequiredClusters, fleet.RequiredReplicas)
 		served := &fnv1.RunFunctionRequest{}
 		if err := requests.Unmarshal(inFrames(b), served); err != nil {
 			if decodes {
@@ -122,10 +122,10 @@ func checkConditions(t *testing.T, req *fnv1.RunFunctionRequest, rsp *fnv1.RunFu
 	for _, c := range rsp.GetConditions() {
 		set[c.GetType()] = true
 	}
-	_, clusters := req.GetRequiredResources()[requiredClusters]
-	_, replicas := req.GetRequiredResources()[requiredReplicas]
-	_, cache := req.GetRequiredResources()[requiredCache]
-	if !clusters || !replicas || (rsp.GetRequirements().GetResources()[requiredCache] != nil && !cache) {
+	_, clusters := req.GetRequiredResources()[fleet.RequiredClusters]
+	_, replicas := req.GetRequiredResources()[fleet.RequiredReplicas]
+	_, cache := req.GetRequiredResources()[fleet.RequiredCache]
+	if !clusters || !replicas || (rsp.GetRequirements().GetResources()[fleet.RequiredCache] != nil && !cache) {
 		if len(set) > 0 {
 			t.Errorf("before the fleet is resolved, a response sets conditions %v", rsp.GetConditions())
 		}
@@ -151,7 +151,7 @@ func checkReplicaCount(t *testing.T, req *fnv1.RunFunctionRequest, rsp *fnv1.Run
 	for k := range req.GetObserved().GetResources() {
 		retained[k] = true
 	}
-	for _, it := range req.GetRequiredResources()[requiredReplicas].GetItems() {
+	for _, it := range req.GetRequiredResources()[fleet.RequiredReplicas].GetItems() {
 		r, err := decodeStruct[v1alpha1.ModelReplica](it.GetResource(), "ModelReplica")
 		if err != nil || !scheduling.Ours(xr, r.Metadata.Namespace, r.Metadata.Labels[v1alpha1.LabelDeployment], r.Metadata.DeletionTimestamp != nil) {
 			continue
@@ -206,10 +206,10 @@ func fixtureRequests(tb testing.TB) []*fnv1.RunFunctionRequest {
 		req := &fnv1.RunFunctionRequest{
 			Meta:              &fnv1.RequestMeta{Tag: dir},
 			Observed:          &fnv1.State{Composite: &fnv1.Resource{Resource: xrs[0]}, Resources: map[string]*fnv1.Resource{}},
-			RequiredResources: map[string]*fnv1.Resources{requiredClusters: {}, requiredReplicas: {}},
+			RequiredResources: map[string]*fnv1.Resources{fleet.RequiredClusters: {}, fleet.RequiredReplicas: {}},
 		}
 		for _, o := range yamlObjects(tb, filepath.Join(dir, "required-resources", "*.yaml")) {
-			name := map[string]string{v1alpha1.KindInferenceCluster: requiredClusters, v1alpha1.KindModelReplica: requiredReplicas, v1alpha1.KindModelCache: requiredCache}[o.GetFields()["kind"].GetStringValue()]
+			name := map[string]string{v1alpha1.KindInferenceCluster: fleet.RequiredClusters, v1alpha1.KindModelReplica: fleet.RequiredReplicas, v1alpha1.KindModelCache: fleet.RequiredCache}[o.GetFields()["kind"].GetStringValue()]
 			if req.GetRequiredResources()[name] == nil {
 				req.RequiredResources[name] = &fnv1.Resources{}
 			}

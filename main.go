@@ -50,11 +50,11 @@ type CLI struct {
 	MetricsAddress     string `default:":8080" help:"Address at which to serve Prometheus metrics; empty serves none."`
 
 	MaxConcurrentStreams uint32        `default:"${max_concurrent_streams}" help:"Most calls in flight on each client connection; calls over it wait in the client, unsent. 0 for no cap."`
-	AssumedPlacementTTL  time.Duration `default:"2m" help:"How long a replica this server composed is charged to other calls until the fleet shows it (docs/spec.md#assumed-placements); 0 assumes nothing."`
+	AssumedPlacementTTL  time.Duration `default:"${assumed_placement_ttl}" help:"How long a replica this server composed is charged to other calls until the fleet shows it (docs/spec.md#assumed-placements); 0 assumes nothing."`
 	ObjectCache          bool          `default:"true" help:"Keep what was read of each object between calls, by uid and resourceVersion; --no-object-cache for fixtures edited without a new resourceVersion." negatable:""`
 
 	NarrowRequests bool          `default:"true" help:"Ask only for a deployment's own ModelReplicas and those no report counts, where that is safe (docs/spec.md#narrow-requests); --no-narrow-requests asks for all on every call." negatable:""`
-	FullReadEvery  time.Duration `default:"5m" help:"Read the whole fleet at least this often for each deployment, however safe a narrow request would be."`
+	FullReadEvery  time.Duration `default:"${full_read_every}" help:"Read the whole fleet at least this often for each deployment, however safe a narrow request would be."`
 }
 
 // Bounds of the flags (docs/spec.md#server-flags; docs/operations.md,
@@ -77,8 +77,9 @@ const (
 	// 12 times the floor. maxAssumedPlacementTTL is the default
 	// replaceUnscheduledAfter: an entry whose replica never appears holds
 	// devices no longer than a stuck replica waits.
-	minAssumedPlacementTTL = 10 * time.Second
-	maxAssumedPlacementTTL = 15 * time.Minute
+	minAssumedPlacementTTL     = 10 * time.Second
+	defaultAssumedPlacementTTL = 12 * minAssumedPlacementTTL
+	maxAssumedPlacementTTL     = 15 * time.Minute
 
 	// minFullReadEvery is the response TTL, at which every deployment is
 	// called at least: shorter reads the whole fleet on every call, which
@@ -189,7 +190,7 @@ func (c *CLI) Run() error {
 	started(log, c)
 	// The request codec leaves the fleet on the wire for the fleet reader,
 	// and takes each request's buffer back once its call is done.
-	requests := codec.New(requiredClusters, requiredReplicas, requiredOwnReplicas, requiredUncountedReplicas)
+	requests := codec.New(fleet.RequiredClusters, fleet.RequiredReplicas, fleet.RequiredOwnReplicas, fleet.RequiredUncountedReplicas)
 	fn := newFunction(log, c.ObjectCache, c.AssumedPlacementTTL)
 	fn.tel.ledger = c.Debug
 	if c.MetricsAddress != "" {
@@ -201,7 +202,7 @@ func (c *CLI) Run() error {
 		so.MetricsRegistry.MustRegister(fn.tel.metrics)
 	}
 	if c.NarrowRequests {
-		fn.narrowing = plan.NewNarrowing(c.FullReadEvery)
+		fn.narrowing = fleet.NewNarrowing(c.FullReadEvery)
 	}
 	return server.Serve(log, lis, so, server.New(so, requests, fn, c.MaxConcurrentStreams))
 }
@@ -261,6 +262,8 @@ func parser(cli *CLI, opts ...kong.Option) (*kong.Kong, error) {
 		kong.Vars{
 			"max_recv_message_size":  strconv.Itoa(defaultMaxRecvMessageSizeMB),
 			"max_concurrent_streams": strconv.Itoa(defaultMaxConcurrentStreams),
+			"assumed_placement_ttl":  defaultAssumedPlacementTTL.String(),
+			"full_read_every":        fleet.DefaultFullEvery.String(),
 		},
 	}, opts...)...)
 }

@@ -23,18 +23,15 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 )
 
-// Names of the required resources; a Composition's render fixtures use
-// them (docs/spec.md#required-resources).
-const (
-	requiredClusters = "clusters"
-	requiredReplicas = "all-replicas"
-	requiredCache    = "cache"
-
-	// A narrow call's replicas: the deployment's own, and every one no
-	// report counts (docs/spec.md#narrow-requests).
-	requiredOwnReplicas       = "own-replicas"
-	requiredUncountedReplicas = "uncounted-replicas"
-)
+// readRequest reads the function input and the XR.
+func readRequest(req *fnv1.RunFunctionRequest) (plan.Settings, *v1alpha1.ModelDeployment, error) {
+	settings, err := readInput(req)
+	if err != nil {
+		return settings, nil, err
+	}
+	xr, err := readXR(req)
+	return settings, xr, err
+}
 
 // readInput reads the optional function input, every default applied.
 // Errors name the field: a wrong apiVersion or kind, a field the input does
@@ -184,113 +181,21 @@ func describeJSONError(err error) error {
 	return err
 }
 
-// modelCache is what the deployment's ModelCache reference resolved to.
-type modelCache struct {
-	// ref is the reference, nil when the deployment makes none.
-	ref *v1alpha1.LocalRef
-	// found is whether the referenced ModelCache exists.
-	found bool
+// carried is what a request carries of the required resources: its
+// fleet's items, left on the wire by the request codec, and the
+// deployment's ModelCache, decoded.
+type carried struct{ req *fnv1.RunFunctionRequest }
+
+func (c carried) Items(name string) (fleet.Items, bool) {
+	got, ok := c.req.GetRequiredResources()[name]
+	return codec.ItemsOf(got), ok
 }
 
-// unresolved is whether a cache is referenced that does not exist: with
-// its footprint unknown, a new replica could land where it never stages.
-func (c modelCache) unresolved() bool { return c.ref != nil && !c.found }
-
-// fleetResources are the fleet's required resources, as Crossplane
-// resolved them.
-type fleetResources struct {
-	clusters *fnv1.Resources
-	// replicas are every ModelReplica of the fleet; or, for a narrow
-	// call, own and uncounted are.
-	replicas, own, uncounted *fnv1.Resources
-	narrow                   bool
-	cache                    modelCache
-}
-
-// replicaItems are the ModelReplicas the call reads: a narrow call's own
-// and uncounted ones, each once.
-func (r fleetResources) replicaItems() fleet.Items {
-	if r.narrow {
-		return fleet.Union(codec.ItemsOf(r.own), codec.ItemsOf(r.uncounted))
+func (c carried) ModelCache(name string) (*v1alpha1.ModelCache, bool, error) {
+	got, ok := c.req.GetRequiredResources()[fleet.RequiredCache]
+	if items := got.GetItems(); len(items) > 0 {
+		cache, err := decodeStruct[v1alpha1.ModelCache](items[0].GetResource(), "ModelCache "+name)
+		return cache, ok, err
 	}
-	return codec.ItemsOf(r.replicas)
-}
-
-// requireFleet asks for the required resources, and returns them once
-// Crossplane has resolved them; false means not yet. The replicas asked
-// for are every one of the fleet or, for a narrow call, the deployment's
-// own and those no report counts.
-func requireFleet(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, narrow bool) (fleetResources, bool, error) {
-	spec := xr.Spec.Template.Spec
-	rsp.Requirements = &fnv1.Requirements{Resources: replicaSelectors(xr, narrow)}
-	out := fleetResources{narrow: narrow}
-	labels := map[string]string{}
-	if spec.ClusterSelector != nil {
-		maps.Copy(labels, spec.ClusterSelector.MatchLabels)
-	}
-	required := req.GetRequiredResources()
-	if spec.ModelCacheRef != nil {
-		out.cache.ref = spec.ModelCacheRef
-		ns := xr.Metadata.Namespace
-		rsp.Requirements.Resources[requiredCache] = &fnv1.ResourceSelector{
-			ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelCache,
-			Match: &fnv1.ResourceSelector_MatchName{MatchName: spec.ModelCacheRef.Name}, Namespace: &ns,
-		}
-		got, resolved := required[requiredCache]
-		if !resolved {
-			// Ask for the clusters too, as on every call, so Crossplane
-			// fetches everything in one round.
-			rsp.Requirements.Resources[requiredClusters] = clusterSelector(labels)
-			return out, false, nil
-		}
-		if items := got.GetItems(); len(items) > 0 {
-			cache, err := decodeStruct[v1alpha1.ModelCache](items[0].GetResource(), "ModelCache "+spec.ModelCacheRef.Name)
-			if err != nil {
-				return out, false, err
-			}
-			out.cache.found = true
-			if cache.Spec.ClusterSelector != nil {
-				maps.Copy(labels, cache.Spec.ClusterSelector.MatchLabels)
-			}
-		}
-	}
-	rsp.Requirements.Resources[requiredClusters] = clusterSelector(labels)
-	var okClusters, okReplicas, okOwn, okUncounted bool
-	out.clusters, okClusters = required[requiredClusters]
-	if narrow {
-		out.own, okOwn = required[requiredOwnReplicas]
-		out.uncounted, okUncounted = required[requiredUncountedReplicas]
-		return out, okClusters && okOwn && okUncounted, nil
-	}
-	out.replicas, okReplicas = required[requiredReplicas]
-	return out, okClusters && okReplicas, nil
-}
-
-// replicaSelectors ask for every ModelReplica of the fleet or, narrowly,
-// for the deployment's own (by its label, in its namespace) and for every
-// one labelled not counted, in any namespace.
-func replicaSelectors(xr *v1alpha1.ModelDeployment, narrow bool) map[string]*fnv1.ResourceSelector {
-	byLabels := func(labels map[string]string, namespace *string) *fnv1.ResourceSelector {
-		return &fnv1.ResourceSelector{
-			ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelReplica,
-			Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: labels}}, Namespace: namespace,
-		}
-	}
-	if !narrow {
-		return map[string]*fnv1.ResourceSelector{requiredReplicas: byLabels(nil, nil)}
-	}
-	ns := xr.Metadata.Namespace
-	return map[string]*fnv1.ResourceSelector{
-		requiredOwnReplicas:       byLabels(map[string]string{v1alpha1.LabelDeployment: xr.Metadata.Name}, &ns),
-		requiredUncountedReplicas: byLabels(map[string]string{v1alpha1.LabelCounted: "false"}, nil),
-	}
-}
-
-// clusterSelector asks for every InferenceCluster with the labels; none
-// means every cluster.
-func clusterSelector(labels map[string]string) *fnv1.ResourceSelector {
-	return &fnv1.ResourceSelector{
-		ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindInferenceCluster,
-		Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: labels}},
-	}
+	return nil, ok, nil
 }

@@ -13,75 +13,8 @@ import (
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
-	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
 )
-
-func TestRunFunctionHandshake(t *testing.T) {
-	xr := fx.Deployment("m").ClusterSelector(map[string]string{"tier": "prod"}).Cache("qwen").Obj()
-	ns := fx.Namespace
-	want := &fnv1.Requirements{Resources: map[string]*fnv1.ResourceSelector{
-		requiredReplicas: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelReplica, Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{}}},
-		requiredCache:    {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelCache, Match: &fnv1.ResourceSelector_MatchName{MatchName: "qwen"}, Namespace: &ns},
-		requiredClusters: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindInferenceCluster, Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{"tier": "prod"}}}},
-	}}
-	cache := &v1alpha1.ModelCache{
-		TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelCache},
-		Metadata: v1alpha1.ObjectMeta{Name: "qwen", Namespace: ns},
-		Spec:     v1alpha1.ModelCacheSpec{ClusterSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}}},
-	}
-	withCache := clone(want)
-	withCache.Resources[requiredClusters].Match = &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{"tier": "prod", "region": "eu"}}}
-
-	cases := map[string]struct {
-		reason string
-		req    *fnv1.RunFunctionRequest
-		want   *fnv1.Requirements
-		placed bool
-	}{
-		"FirstCall": {
-			reason: "Before anything is resolved the function asks for every required resource and places nothing.",
-			req:    &fnv1.RunFunctionRequest{Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: toStruct(t, xr)}}},
-			want:   want,
-		},
-		"CacheResolved": {
-			reason: "Once the ModelCache resolves, its footprint narrows the clusters asked for.",
-			req: &fnv1.RunFunctionRequest{
-				Observed:          &fnv1.State{Composite: &fnv1.Resource{Resource: toStruct(t, xr)}},
-				RequiredResources: map[string]*fnv1.Resources{requiredCache: resources(t, cache)},
-			},
-			want: withCache,
-		},
-		"AllResolved": {
-			reason: "With everything resolved the requirements are the same and replicas are placed.",
-			req: &fnv1.RunFunctionRequest{
-				Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: toStruct(t, xr)}},
-				RequiredResources: map[string]*fnv1.Resources{
-					requiredCache:    resources(t, cache),
-					requiredClusters: resources(t, fx.Cluster("a").Obj()),
-					requiredReplicas: resources(t),
-				},
-			},
-			want:   withCache,
-			placed: true,
-		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			rsp := run(t, tc.req)
-			if diff := cmp.Diff(tc.want, rsp.GetRequirements(), protocmp.Transform()); diff != "" {
-				t.Errorf("%s\nRunFunction(...) requirements: -want, +got:\n%s", tc.reason, diff)
-			}
-			if got := len(rsp.GetDesired().GetResources()) > 0; got != tc.placed {
-				t.Errorf("%s\nRunFunction(...) placed replicas: want %t, got %t", tc.reason, tc.placed, got)
-			}
-		})
-	}
-}
-
-func clone(r *fnv1.Requirements) *fnv1.Requirements {
-	return proto.Clone(r).(*fnv1.Requirements)
-}
 
 func TestRunFunctionFatal(t *testing.T) {
 	xr := fx.Deployment("m").Obj()

@@ -167,7 +167,7 @@ func TestTelemetryKeptDropped(t *testing.T) {
 		req.Observed.Resources[k] = r
 		replicas = append(replicas, replicaFrom(t, rsp, k))
 	}
-	req.RequiredResources[requiredReplicas] = resources(t, replicas...)
+	req.RequiredResources[fleet.RequiredReplicas] = resources(t, replicas...)
 	if _, err := f.RunFunction(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 // its planner decided.
 type call struct {
 	xr    *v1alpha1.ModelDeployment
-	cache modelCache
+	cache fleet.CacheReference
 	fleet *fleet.Fleet
 	now   time.Time
 	// observed are the composed resources the request observed, by key.
@@ -230,4 +230,20 @@ func setTTL(rsp *fnv1.RunFunctionResponse, pools []observation.PoolReport, now t
 		}
 	}
 	rsp.Meta.Ttl = durationpb.New(ttl)
+}
+
+// requirements are the required resources an iteration asks Crossplane
+// for, as the response says them.
+func requirements(selectors map[string]fleet.Selector) *fnv1.Requirements {
+	out := &fnv1.Requirements{Resources: make(map[string]*fnv1.ResourceSelector, len(selectors))}
+	for name, s := range selectors {
+		rs := &fnv1.ResourceSelector{ApiVersion: v1alpha1.APIVersion, Kind: s.Kind, Namespace: s.Namespace}
+		if s.Name != "" {
+			rs.Match = &fnv1.ResourceSelector_MatchName{MatchName: s.Name}
+		} else {
+			rs.Match = &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: s.Labels}}
+		}
+		out.Resources[name] = rs
+	}
+	return out
 }

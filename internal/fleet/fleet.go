@@ -6,6 +6,11 @@
 // type is an error that names it. A Reader keeps what it read of each
 // object across calls, for as long as the object is unchanged.
 //
+// What a call asks Crossplane for is decided here too, the reader's
+// policy (require.go): the required-resources handshake, narrowed to the
+// deployment's own replicas and those no report counts where a Narrowing
+// says it is safe (narrow.go).
+//
 // What the cluster agent reports (pool reports, PodsScheduled conditions)
 // is only decoded here; package observation reads and judges it.
 package fleet

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -29,15 +31,6 @@ const (
 	NodesPerPool = 32
 	// NewReplicas is how many replicas Deployment wants, none placed yet.
 	NewReplicas = 8
-)
-
-// Names of the required resources, as the function asks for them.
-const (
-	RequiredClusters          = "clusters"
-	RequiredReplicas          = "all-replicas"
-	RequiredCache             = "cache"
-	RequiredOwnReplicas       = "own-replicas"
-	RequiredUncountedReplicas = "uncounted-replicas"
 )
 
 // Now is the benchmark's clock: every observation is 30s old at Now.
@@ -187,7 +180,7 @@ func MustStruct(obj any) *structpb.Struct {
 // every one labelled not counted.
 func NarrowRequest(xr *v1alpha1.ModelDeployment, clusters []*v1alpha1.InferenceCluster, replicas []*v1alpha1.ModelReplica, input *structpb.Struct) *fnv1.RunFunctionRequest {
 	req := Request(xr, clusters, nil, input)
-	delete(req.GetRequiredResources(), RequiredReplicas)
+	delete(req.GetRequiredResources(), fleet.RequiredReplicas)
 	own, uncounted := &fnv1.Resources{}, &fnv1.Resources{}
 	for _, r := range replicas {
 		if r.Metadata.Namespace == xr.Metadata.Namespace && r.Metadata.Labels[v1alpha1.LabelDeployment] == xr.Metadata.Name {
@@ -197,8 +190,8 @@ func NarrowRequest(xr *v1alpha1.ModelDeployment, clusters []*v1alpha1.InferenceC
 			uncounted.Items = append(uncounted.Items, &fnv1.Resource{Resource: MustStruct(r)})
 		}
 	}
-	req.RequiredResources[RequiredOwnReplicas] = own
-	req.RequiredResources[RequiredUncountedReplicas] = uncounted
+	req.RequiredResources[fleet.RequiredOwnReplicas] = own
+	req.RequiredResources[fleet.RequiredUncountedReplicas] = uncounted
 	return req
 }
 
@@ -210,20 +203,20 @@ func Request(xr *v1alpha1.ModelDeployment, clusters []*v1alpha1.InferenceCluster
 		Input:    input,
 		Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: MustStruct(xr)}},
 		RequiredResources: map[string]*fnv1.Resources{
-			RequiredClusters: {}, RequiredReplicas: {},
+			fleet.RequiredClusters: {}, fleet.RequiredReplicas: {},
 		},
 	}
 	if xr.Spec.Template.Spec.ModelCacheRef != nil {
-		req.RequiredResources[RequiredCache] = &fnv1.Resources{Items: []*fnv1.Resource{{Resource: MustStruct(&v1alpha1.ModelCache{
+		req.RequiredResources[fleet.RequiredCache] = &fnv1.Resources{Items: []*fnv1.Resource{{Resource: MustStruct(&v1alpha1.ModelCache{
 			TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindModelCache},
 			Metadata: v1alpha1.ObjectMeta{Name: xr.Spec.Template.Spec.ModelCacheRef.Name, Namespace: xr.Metadata.Namespace},
 		})}}}
 	}
 	for _, c := range clusters {
-		req.RequiredResources[RequiredClusters].Items = append(req.RequiredResources[RequiredClusters].Items, &fnv1.Resource{Resource: MustStruct(c)})
+		req.RequiredResources[fleet.RequiredClusters].Items = append(req.RequiredResources[fleet.RequiredClusters].Items, &fnv1.Resource{Resource: MustStruct(c)})
 	}
 	for _, r := range replicas {
-		req.RequiredResources[RequiredReplicas].Items = append(req.RequiredResources[RequiredReplicas].Items, &fnv1.Resource{Resource: MustStruct(r)})
+		req.RequiredResources[fleet.RequiredReplicas].Items = append(req.RequiredResources[fleet.RequiredReplicas].Items, &fnv1.Resource{Resource: MustStruct(r)})
 	}
 	return req
 }

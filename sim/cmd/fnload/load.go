@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -30,11 +32,11 @@ type requests struct {
 // pool reports by its clock, and with its default observationMaxAge (5m)
 // they stay fresh for a level, as a live agent keeps them.
 func newRequests(replicas int) (*requests, error) {
-	clusters, fleet := benchfleet.FleetAt(replicas, time.Now())
-	full := benchfleet.Request(benchfleet.Deployment("fleet"), clusters, fleet, nil)
+	clusters, placed := benchfleet.FleetAt(replicas, time.Now())
+	full := benchfleet.Request(benchfleet.Deployment("fleet"), clusters, placed, nil)
 	b, err := proto.Marshal(&fnv1.RunFunctionRequest{RequiredResources: map[string]*fnv1.Resources{
-		benchfleet.RequiredClusters: full.GetRequiredResources()[benchfleet.RequiredClusters],
-		benchfleet.RequiredReplicas: full.GetRequiredResources()[benchfleet.RequiredReplicas],
+		fleet.RequiredClusters: full.GetRequiredResources()[fleet.RequiredClusters],
+		fleet.RequiredReplicas: full.GetRequiredResources()[fleet.RequiredReplicas],
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("cannot encode the fleet: %w", err)
@@ -46,8 +48,8 @@ func newRequests(replicas int) (*requests, error) {
 func (r *requests) call(name string) (benchfleet.Encoded, error) {
 	own := benchfleet.Request(benchfleet.Deployment(name), nil, nil, nil)
 	// The fleet's part carries these.
-	delete(own.GetRequiredResources(), benchfleet.RequiredClusters)
-	delete(own.GetRequiredResources(), benchfleet.RequiredReplicas)
+	delete(own.GetRequiredResources(), fleet.RequiredClusters)
+	delete(own.GetRequiredResources(), fleet.RequiredReplicas)
 	own.Meta.Tag = name
 	b, err := proto.Marshal(own)
 	if err != nil {

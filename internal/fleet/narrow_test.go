@@ -1,4 +1,4 @@
-package plan
+package fleet
 
 import (
 	"testing"
@@ -9,6 +9,9 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/observation"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
+
+// at is when the narrowing tests' calls are made.
+var at = time.Date(2026, 10, 20, 20, 6, 0, 0, time.UTC)
 
 func TestNarrow(t *testing.T) {
 	observedAt := at.Add(-time.Minute)

@@ -1,22 +1,15 @@
 package main
 
-// fleetGen makes random RunFunctionRequests: fleets of a few clusters,
-// their pools and agent reports (usable, stale, from the future, invalid in
-// a dozen ways), replicas of this and other deployments (pinned, stamped,
-// PodsScheduled True, False, unreadable), observed composed resources, a
-// ModelCache found, missing or unresolved, function inputs good and bad, and
-// objects that do not decode. An episode is a fleet and the few reconciles
-// that follow it, each changing it a little, with uids and resourceVersions
-// as an API server gives them, so that a server's caches serve most of it.
-// It depends only on the API types and fixture builders.
+// Builders the root package's tests share: requests and responses, a
+// function served in process, and the random fleet generator.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strconv"
 	"testing"
@@ -25,6 +18,11 @@ import (
 	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -34,11 +32,190 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
+	"github.com/modelplaneai/fleet-scheduler/internal/compose"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
+
+// dialBufconn connects to a server on an in-process listener, closing the
+// connection when the test ends.
+func dialBufconn(t *testing.T, lis *bufconn.Listener, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	opts = append([]grpc.DialOption{
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	}, opts...)
+	conn, err := grpc.NewClient("passthrough:///fleet-scheduler", opts...)
+	if err != nil {
+		t.Fatalf("grpc.NewClient(...): %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+var now = time.Date(2026, 10, 20, 20, 8, 0, 0, time.UTC)
+
+func toStruct(t *testing.T, obj any) *structpb.Struct {
+	t.Helper()
+	b, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &structpb.Struct{}
+	if err := protojson.Unmarshal(b, s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func resources(t *testing.T, objs ...any) *fnv1.Resources {
+	t.Helper()
+	out := &fnv1.Resources{}
+	for _, o := range objs {
+		out.Items = append(out.Items, &fnv1.Resource{Resource: toStruct(t, o)})
+	}
+	return out
+}
+
+// request is a RunFunctionRequest for the XR with the fleet resolved.
+func request(t *testing.T, xr *v1alpha1.ModelDeployment, clusters []any, replicas []any) *fnv1.RunFunctionRequest {
+	t.Helper()
+	return &fnv1.RunFunctionRequest{
+		Meta:     &fnv1.RequestMeta{Tag: "t"},
+		Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: toStruct(t, xr)}},
+		RequiredResources: map[string]*fnv1.Resources{
+			fleet.RequiredClusters: resources(t, clusters...),
+			fleet.RequiredReplicas: resources(t, replicas...),
+		},
+	}
+}
+
+func cond(typ string, status fnv1.Status, reason, msg string) *fnv1.Condition {
+	c := &fnv1.Condition{Type: typ, Status: status, Reason: reason, Target: fnv1.Target_TARGET_COMPOSITE.Enum()}
+	if msg != "" {
+		c.Message = &msg
+	}
+	return c
+}
+
+func result(sev fnv1.Severity, msg string) *fnv1.Result {
+	return &fnv1.Result{Severity: sev, Message: msg, Target: fnv1.Target_TARGET_COMPOSITE.Enum()}
+}
+
+// run runs the function on a request twice: as tests build it, decoded,
+// and as the server receives it, through the request codec, which leaves
+// the fleet on the wire. Both must give the same response; the second
+// finds the selectors the first compiled.
+func run(t *testing.T, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+	t.Helper()
+	f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return now }, planner: plan.Planner{Selectors: scheduling.NewSelectors()}}
+	viaCodec := serve(t, f, req)
+	rsp, err := f.RunFunction(context.Background(), req)
+	if err != nil {
+		t.Fatalf("RunFunction(...): unexpected error: %v", err)
+	}
+	if diff := cmp.Diff(rsp, viaCodec, protocmp.Transform()); diff != "" {
+		t.Fatalf("RunFunction(...): decoded request, -want, through the request codec, +got:\n%s", diff)
+	}
+	return rsp
+}
+
+const (
+	trueS  = fnv1.Status_STATUS_CONDITION_TRUE
+	falseS = fnv1.Status_STATUS_CONDITION_FALSE
+)
+
+// replicaFrom reads back a desired ModelReplica as the fleet would list it.
+func replicaFrom(t *testing.T, rsp *fnv1.RunFunctionResponse, key string) *v1alpha1.ModelReplica {
+	t.Helper()
+	b, err := protojson.Marshal(rsp.GetDesired().GetResources()[key].GetResource())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &v1alpha1.ModelReplica{}
+	if err := json.Unmarshal(b, r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// testCodec is the request codec, as main.go makes it.
+var testCodec = codec.New(fleet.RequiredClusters, fleet.RequiredReplicas)
+
+// serve runs f on a request as the server receives it, through the request
+// codec.
+func serve(t *testing.T, f *Function, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+	t.Helper()
+	return serveWith(t, testCodec, f, req)
+}
+
+// serveWith serves a request as serve does, through a request codec.
+func serveWith(t *testing.T, requests *codec.Codec, f *Function, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+	t.Helper()
+	wire, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatalf("proto.Marshal(...): %v", err)
+	}
+	// Through the codec, as the server decodes it: into a recycled copy.
+	served := &fnv1.RunFunctionRequest{}
+	if err := requests.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, served); err != nil {
+		t.Fatalf("Unmarshal(...): %v", err)
+	}
+	rsp, err := requests.Server(f).RunFunction(context.Background(), served)
+	if err != nil {
+		t.Fatalf("RunFunction(...): %v", err)
+	}
+	return rsp
+}
+
+// replicaObject is a ModelReplica as generic JSON, to give any field any
+// type.
+// replicaObject is a ModelReplica of a deployment at index 0 on a cluster,
+// its engines and conditions as given: any types, to make one that does not
+// read.
+func replicaObject(deployment, name string, cluster, engines, conditions any) map[string]any {
+	return map[string]any{
+		"apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelReplica",
+		"metadata": map[string]any{"name": name, "namespace": fx.Namespace, "labels": map[string]any{
+			"modelplane.ai/deployment": deployment, "modelplane.ai/replica-index": "0",
+		}},
+		"spec":   map[string]any{"clusterName": cluster, "engines": engines},
+		"status": map[string]any{"conditions": conditions},
+	}
+}
+
+// composed are the keys of the ModelReplicas a response composes.
+func composed(rsp *fnv1.RunFunctionResponse) []string {
+	var out []string
+	for k := range rsp.GetDesired().GetResources() {
+		if compose.IsReplicaKey(k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// askedFor are the names of the required resources a response asks for.
+func askedFor(rsp *fnv1.RunFunctionResponse) []string {
+	var names []string
+	for name := range rsp.GetRequirements().GetResources() {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// fleetGen makes random RunFunctionRequests: fleets of a few clusters,
+// their pools and agent reports (usable, stale, from the future, invalid in
+// a dozen ways), replicas of this and other deployments (pinned, stamped,
+// PodsScheduled True, False, unreadable), observed composed resources, a
+// ModelCache found, missing or unresolved, function inputs good and bad, and
+// objects that do not decode. An episode is a fleet and the few reconciles
+// that follow it, each changing it a little, with uids and resourceVersions
+// as an API server gives them, so that a server's caches serve most of it.
+// It depends only on the API types and fixture builders.
 
 var genClock = time.Date(2026, 10, 20, 20, 6, 0, 0, time.UTC)
 
@@ -476,102 +653,5 @@ func (g *fleetGen) build() *fnv1.RunFunctionRequest {
 	return req
 }
 
-// TestFirstCallAnswersAsWarm: a server's first call after a restart, its
-// caches empty, answers exactly what a server that has served the fleet
-// before answers: over random fleets, the response of a fresh server to the
-// decoded request, of a server just started as main.go starts it through
-// a request codec of its own, and of one long-lived server through the
-// request codec, with its caches and recycled buffers, are byte for byte
-// the same. (These calls carry no assumed placements: a restart empties
-// those by design, see docs/production.md.)
-func TestFirstCallAnswersAsWarm(t *testing.T) {
-	n := 2000
-	if testing.Short() {
-		n = 200
-	}
-	g := &fleetGen{rng: rand.New(rand.NewPCG(42, 7))}
-	var clock time.Time
-	warm := &Function{log: logging.NewNopLogger(), now: func() time.Time { return clock }, fleet: fleet.NewReader(), planner: plan.Planner{Selectors: scheduling.NewSelectors()}}
-	for i := range n {
-		if i%4 == 0 {
-			g.newEpisode()
-		} else {
-			g.evolve()
-		}
-		req := g.build()
-		clock = g.now
-		fresh := &Function{log: logging.NewNopLogger(), now: func() time.Time { return clock }}
-		want, err := fresh.RunFunction(context.Background(), proto.CloneOf(req))
-		if err != nil {
-			t.Fatalf("request %d: RunFunction(...): %v", i, err)
-		}
-		// With its ledger, as --assumed-placement-ttl defaults to; empty, it
-		// assumes nothing on its first call.
-		restarted := newFunction(logging.NewNopLogger(), true, 2*time.Minute)
-		restarted.now = func() time.Time { return clock }
-		first := serveWith(t, codec.New(requiredClusters, requiredReplicas), restarted, req)
-		got := serve(t, warm, req)
-		deterministic := proto.MarshalOptions{Deterministic: true}
-		wb, err := deterministic.Marshal(want)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for server, rsp := range map[string]*fnv1.RunFunctionResponse{"restarted": first, "warm": got} {
-			b, err := deterministic.Marshal(rsp)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(wb, b) {
-				t.Fatalf("request %d: a %s server answers otherwise than a fresh one: -fresh, +%s:\n%s", i, server, server, cmp.Diff(want, rsp, protocmp.Transform()))
-			}
-		}
-	}
-}
-
 // ownedConditions are the XR conditions the function owns.
 var ownedConditions = []string{condReplicasScheduled, condReplicasReady, condModelCacheResolved, condCapacityObserved}
-
-// TestEveryCallSetsEveryCondition: Crossplane keeps a condition a function
-// stops returning, so every call that gets as far as the fleet sets every
-// condition the function owns, on every path: placed, no clusters, an
-// invalid nodeSelector, a ModelCache missing or not referenced.
-func TestEveryCallSetsEveryCondition(t *testing.T) {
-	g := &fleetGen{rng: rand.New(rand.NewPCG(7, 42))}
-	paths := map[string]int{}
-	for i := range 2000 {
-		if i%4 == 0 {
-			g.newEpisode()
-		} else {
-			g.evolve()
-		}
-		req := g.build()
-		clock := g.now
-		f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return clock }}
-		rsp, err := f.RunFunction(context.Background(), req)
-		if err != nil {
-			t.Fatalf("request %d: RunFunction(...): %v", i, err)
-		}
-		_, clusters := req.GetRequiredResources()[requiredClusters]
-		_, replicas := req.GetRequiredResources()[requiredReplicas]
-		_, cache := req.GetRequiredResources()[requiredCache]
-		fatal := slices.ContainsFunc(rsp.GetResults(), func(r *fnv1.Result) bool { return r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL })
-		if fatal || !clusters || !replicas || (rsp.GetRequirements().GetResources()[requiredCache] != nil && !cache) {
-			continue
-		}
-		got := map[string]string{}
-		for _, c := range rsp.GetConditions() {
-			got[c.GetType()] = c.GetReason()
-		}
-		paths[got[condReplicasScheduled]]++
-		for _, typ := range ownedConditions {
-			if _, ok := got[typ]; !ok {
-				t.Errorf("request %d: no %s condition; the response sets %v", i, typ, got)
-			}
-		}
-	}
-	for _, reason := range []string{reasonReplicasCreated, reasonScheduling, reasonInsufficientCapacity, reasonNoClusters, reasonInvalidNodeSelector} {
-		if paths[reason] == 0 {
-			t.Errorf("no request took the %s path: the generator is too narrow (paths taken: %v)", reason, paths)
-		}
-	}
-}
