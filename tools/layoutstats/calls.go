@@ -40,7 +40,7 @@ func climbs(root []*packages.Package, byPath map[string]*pkg) (calls, error) {
 			continue
 		}
 		p.Build()
-		if byPath[root[i].PkgPath].rel == "." {
+		if q, ok := byPath[root[i].PkgPath]; ok && q.rel == "." {
 			entry = runFunction(prog, p)
 		}
 	}

@@ -67,6 +67,9 @@ func measure(root string, bins []string) (*report, error) {
 			if len(p.Errors) > 0 {
 				return nil, fmt.Errorf("cannot load package %s: %w", p.PkgPath, p.Errors[0])
 			}
+			if len(p.GoFiles) == 0 {
+				continue // tests only
+			}
 			rel := strings.TrimPrefix(strings.TrimPrefix(p.PkgPath, rootPath), "/")
 			if rel == "" {
 				rel = "."

@@ -116,7 +116,8 @@ func TestMeasure(t *testing.T) {
 			reason: "The fixture's figures, counted by hand (the comments below).",
 			args:   args{archive: "fixture.txtar", bins: []string{".", "./cmd/tool", "./cmd/agent"}},
 			want: figures{
-				// . -> lib, cmd/tool -> lib, lib -> lib/base, cmd/agent -> lib/base.
+				// . -> lib, cmd/tool -> lib, lib -> lib/base, cmd/agent -> lib/base; e2e has
+				// tests only.
 				Packages: 5, Arrows: 4, Layers: 3,
 				Layer:  map[string]int{".": 2, "cmd/tool": 2, "cmd/agent": 1, "lib": 1, "lib/base": 0},
 				NonStd: map[string]int{".": 3, "./cmd/tool": 3, "./cmd/agent": 2},

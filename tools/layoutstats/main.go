@@ -5,7 +5,7 @@
 //
 // It reads every module of the repository (each go.mod below it, but under
 // testdata, vendor or a directory whose name starts with "." or "_"; the
-// root module first) and their non-test packages, and prints:
+// root module first) and their packages with non-test files, and prints:
 //
 // The import graph. Its nodes are the repository's packages, its arrows the
 // imports of one by another. A package's layer is the length of the longest
