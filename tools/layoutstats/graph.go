@@ -50,36 +50,22 @@ func measure(root string, bins []string) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rootPath, err := modulePath(root)
-	if err != nil {
-		return nil, err
-	}
 	r := &report{}
 	byPath := map[string]*pkg{}
 	var rootPkgs []*packages.Package
 	for _, m := range modules {
-		cfg := &packages.Config{Dir: filepath.Join(root, m), Env: buildEnv(), Mode: packages.LoadSyntax}
-		loaded, err := packages.Load(cfg, "./...")
+		loaded, err := loadModule(root, m)
 		if err != nil {
-			return nil, fmt.Errorf("cannot load the packages of module %s: %w", m, err)
+			return nil, err
 		}
-		for _, p := range loaded {
-			if len(p.Errors) > 0 {
-				return nil, fmt.Errorf("cannot load package %s: %w", p.PkgPath, p.Errors[0])
-			}
-			if len(p.GoFiles) == 0 {
-				continue // tests only
-			}
-			rel := strings.TrimPrefix(strings.TrimPrefix(p.PkgPath, rootPath), "/")
-			if rel == "" {
-				rel = "."
-			}
-			q := &pkg{rel: rel, path: p.PkgPath, loaded: p}
-			byPath[p.PkgPath] = q
+		for _, q := range loaded {
+			byPath[q.path] = q
 			r.packages = append(r.packages, q)
 		}
 		if m == "." {
-			rootPkgs = loaded
+			for _, q := range loaded {
+				rootPkgs = append(rootPkgs, q.loaded)
+			}
 		}
 	}
 	slices.SortFunc(r.packages, func(a, b *pkg) int { return strings.Compare(a.rel, b.rel) })
@@ -113,6 +99,35 @@ func measure(root string, bins []string) (*report, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// loadModule loads the packages of the module in dir (relative to root)
+// that have non-test files, named relative to the root module.
+func loadModule(root, dir string) ([]*pkg, error) {
+	rootPath, err := modulePath(root)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &packages.Config{Dir: filepath.Join(root, dir), Env: buildEnv(), Mode: packages.LoadSyntax}
+	loaded, err := packages.Load(cfg, "./...")
+	if err != nil {
+		return nil, fmt.Errorf("cannot load the packages of module %s: %w", dir, err)
+	}
+	var out []*pkg
+	for _, p := range loaded {
+		if len(p.Errors) > 0 {
+			return nil, fmt.Errorf("cannot load package %s: %w", p.PkgPath, p.Errors[0])
+		}
+		if len(p.GoFiles) == 0 {
+			continue // tests only
+		}
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.PkgPath, rootPath), "/")
+		if rel == "" {
+			rel = "."
+		}
+		out = append(out, &pkg{rel: rel, path: p.PkgPath, loaded: p})
+	}
+	return out, nil
 }
 
 // findModules are the directories, relative to root, of the modules under
