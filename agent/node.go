@@ -8,12 +8,12 @@ import (
 	"strconv"
 	"time"
 
-	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
-	"github.com/modelplaneai/fleet-scheduler/poolreport"
-
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/poolreport"
 )
 
 // NodeFree is one node's part of a pool's report: whether a new pod of the

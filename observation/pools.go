@@ -11,9 +11,8 @@ import (
 	"time"
 
 	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
-	"github.com/modelplaneai/fleet-scheduler/poolreport"
-
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/poolreport"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 

@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
-	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
-
 	"github.com/google/go-cmp/cmp"
 
+	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
 )

@@ -15,7 +15,7 @@ import (
 // shippedYAML are the directories of what the project ships: the agent's
 // manifests, the relay's and the function's packages and Compositions,
 // the monitoring. (Later the admission policy and the chart join them.)
-var shippedYAML = []string{"../../deploy", "../../package", "../../cmd/relay/package"} //nolint:gochecknoglobals // A constant list.
+var shippedYAML = []string{"../../deploy", "../../package", "../../cmd/relay/package"}
 
 // TestShippedManifestsUseModelplaneNames holds every YAML the project ships
 // to Modelplane's names as this package has them: a label of Modelplane's

@@ -20,8 +20,9 @@ const (
 	RequiredReplicas = "all-replicas"
 	RequiredCache    = "cache"
 
-	// A narrow call's replicas: the deployment's own, and every one no
-	// report counts (docs/spec.md#narrow-requests).
+	// RequiredOwnReplicas and RequiredUncountedReplicas are a narrow
+	// call's replicas: the deployment's own, and every one no report
+	// counts (docs/spec.md#narrow-requests).
 	RequiredOwnReplicas       = "own-replicas"
 	RequiredUncountedReplicas = "uncounted-replicas"
 )

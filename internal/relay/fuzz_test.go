@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/poolreport"
-
-	"github.com/google/go-cmp/cmp"
 )
 
 // FuzzRelayCluster feeds PoolObservation statuses of any shape through

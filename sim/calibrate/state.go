@@ -6,8 +6,6 @@ import (
 	"math/rand/v2"
 	"slices"
 
-	fsv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
-
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -16,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
+	fsv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/sim/kube"
 )
 

@@ -21,8 +21,9 @@ type linkRule struct {
 
 var linkLine = regexp.MustCompile("^- `([^`]+)` links none of (.+)$")
 
-// parseLinkRules reads the layout's link rules: lines such as
-// "- `cmd/relay` links none of `scheduling`, `github.com/google/cel-go`."
+// parseLinkRules reads the layout's link rules: list items that name a
+// binary in backticks, then "links none of" and the forbidden packages,
+// each in backticks.
 func parseLinkRules(text string) []linkRule {
 	var out []linkRule
 	for line := range strings.SplitSeq(text, "\n") {

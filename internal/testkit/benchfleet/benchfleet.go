@@ -12,8 +12,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
-
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -21,6 +19,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/internal/compose"
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
 )
 

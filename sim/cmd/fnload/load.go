@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
-
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -18,6 +16,7 @@ import (
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
+	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	"github.com/modelplaneai/fleet-scheduler/internal/testkit/benchfleet"
 )
 

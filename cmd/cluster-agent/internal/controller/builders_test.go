@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	fsv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
-
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -22,6 +20,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
+	fsv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/cmd/cluster-agent/internal/cluster"
 	"github.com/modelplaneai/fleet-scheduler/cmd/cluster-agent/internal/metrics"
 )
