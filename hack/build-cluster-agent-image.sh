@@ -24,12 +24,8 @@
 #                      (credentials from the Docker config, ~/.docker/config.json)
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
-
-archs=${ARCHS:-amd64 arm64}
-out=${OUTPUT_DIR:-_output}
-case "$out" in /*) ;; *) out="$root/$out" ;; esac
+# shellcheck source=hack/output-dir.sh
+. "$(dirname "$0")/output-dir.sh"
 
 if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
 	SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || echo 0)

@@ -27,12 +27,8 @@
 # PACKAGE=fleet-scheduler-relay for the relay's).
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
-
-archs=${ARCHS:-amd64 arm64}
-out=${OUTPUT_DIR:-_output}
-case "$out" in /*) ;; *) out="$root/$out" ;; esac
+# shellcheck source=hack/output-dir.sh
+. "$(dirname "$0")/output-dir.sh"
 crossplane=${CROSSPLANE:-$root/bin/crossplane}
 
 if [ ! -x "$crossplane" ]; then

@@ -338,10 +338,7 @@ func (s *state) point(round int) Point {
 func ReplicaGPUs(d *v1alpha1.ModelDeployment) int64 {
 	var n int64
 	for _, e := range d.Spec.Template.Spec.Engines {
-		copies := int64(1)
-		if e.Copies != nil && *e.Copies > 0 {
-			copies = *e.Copies
-		}
+		copies := e.CopyCount()
 		for _, m := range e.Members {
 			pods := int64(1)
 			if m.Role == v1alpha1.RoleWorker && m.Worker != nil {

@@ -68,3 +68,18 @@ func (e ReplicaEngine) Gang() bool {
 	}
 	return true
 }
+
+// CopyCount is how many copies of the engine run: its copies, 1 where they
+// are unset or fewer than 1.
+func (e Engine) CopyCount() int64 { return copyCount(e.Copies) }
+
+// CopyCount is how many copies of the engine run: its copies, 1 where they
+// are unset or fewer than 1.
+func (e ReplicaEngine) CopyCount() int64 { return copyCount(e.Copies) }
+
+func copyCount(copies *int64) int64 {
+	if copies == nil || *copies < 1 {
+		return 1
+	}
+	return *copies
+}

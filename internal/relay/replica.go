@@ -220,10 +220,7 @@ func replicaObservation(r *v1alpha1.ModelReplica) map[string]any {
 			label = v1alpha1.LabelLWSName
 		}
 		selectors = append(selectors, map[string]any{"matchLabels": map[string]any{label: v1alpha1.WorkloadName(r.Metadata.Name, e.Name)}})
-		copies := int64(1)
-		if e.Copies != nil && *e.Copies > 0 {
-			copies = *e.Copies
-		}
+		copies := e.CopyCount()
 		for _, m := range e.Members {
 			n := int64(1)
 			if m.Role == v1alpha1.RoleWorker && m.Worker != nil {

@@ -127,23 +127,29 @@ func newFleet(clusters []*v1alpha1.InferenceCluster, replicas []*v1alpha1.ModelR
 	f := &fleet{}
 	for _, c := range clusters {
 		o := *c
-		stamp(&o.Metadata, v1alpha1.KindInferenceCluster)
-		s, err := structOf(&o)
-		if err != nil {
+		if err := f.add(v1alpha1.KindInferenceCluster, "", &o.Metadata, &o); err != nil {
 			return nil, err
 		}
-		f.objects = append(f.objects, object{kind: v1alpha1.KindInferenceCluster, name: o.Metadata.Name, labels: o.Metadata.Labels, s: s})
 	}
 	for _, r := range replicas {
 		o := *r
-		stamp(&o.Metadata, v1alpha1.KindModelReplica)
-		s, err := structOf(&o)
-		if err != nil {
+		if err := f.add(v1alpha1.KindModelReplica, o.Metadata.Namespace, &o.Metadata, &o); err != nil {
 			return nil, err
 		}
-		f.objects = append(f.objects, object{kind: v1alpha1.KindModelReplica, namespace: o.Metadata.Namespace, name: o.Metadata.Name, labels: o.Metadata.Labels, s: s})
 	}
 	return f, nil
+}
+
+// add stamps a copy of an object, whose metadata is m, and adds it to the
+// fleet as Crossplane sends it: in namespace, "" for a cluster-scoped one.
+func (f *fleet) add(kind, namespace string, m *v1alpha1.ObjectMeta, o any) error {
+	stamp(m, kind)
+	s, err := structOf(o)
+	if err != nil {
+		return err
+	}
+	f.objects = append(f.objects, object{kind: kind, namespace: namespace, name: m.Name, labels: m.Labels, s: s})
+	return nil
 }
 
 // stamp gives an object the uid it lacks, from its identity, and a

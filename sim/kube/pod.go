@@ -193,22 +193,25 @@ func readAffinity(p *corev1.Pod) (podAffinity, error) {
 		}
 		return terms, weights
 	}
+	// kind compiles the required and the preferred terms of one kind of
+	// affinity.
+	kind := func(what string, required []corev1.PodAffinityTerm, preferred []corev1.WeightedPodAffinityTerm) ([]affinityTerm, []affinityTerm, error) {
+		req, err := compile(what, required, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		terms, weights := weighted(preferred)
+		pref, err := compile("preferred "+what, terms, weights)
+		return req, pref, err
+	}
 	var err error
 	if pa := a.PodAffinity; pa != nil {
-		if out.required, err = compile("podAffinity", pa.RequiredDuringSchedulingIgnoredDuringExecution, nil); err != nil {
-			return out, err
-		}
-		terms, weights := weighted(pa.PreferredDuringSchedulingIgnoredDuringExecution)
-		if out.preferred, err = compile("preferred podAffinity", terms, weights); err != nil {
+		if out.required, out.preferred, err = kind("podAffinity", pa.RequiredDuringSchedulingIgnoredDuringExecution, pa.PreferredDuringSchedulingIgnoredDuringExecution); err != nil {
 			return out, err
 		}
 	}
 	if pa := a.PodAntiAffinity; pa != nil {
-		if out.antiRequired, err = compile("podAntiAffinity", pa.RequiredDuringSchedulingIgnoredDuringExecution, nil); err != nil {
-			return out, err
-		}
-		terms, weights := weighted(pa.PreferredDuringSchedulingIgnoredDuringExecution)
-		if out.antiPreferred, err = compile("preferred podAntiAffinity", terms, weights); err != nil {
+		if out.antiRequired, out.antiPreferred, err = kind("podAntiAffinity", pa.RequiredDuringSchedulingIgnoredDuringExecution, pa.PreferredDuringSchedulingIgnoredDuringExecution); err != nil {
 			return out, err
 		}
 	}

@@ -2,15 +2,14 @@ package main
 
 import (
 	"fmt"
-	"go/ast"
-	"go/types"
-	"maps"
 	"math/bits"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"golang.org/x/tools/go/packages"
+
+	"github.com/modelplaneai/fleet-scheduler/tools/internal/repotool"
 )
 
 // maxCycle is the most files of one cycle whose best order is searched
@@ -34,7 +33,7 @@ func filesOf(p *packages.Package) (fileGraph, error) {
 	for _, f := range p.Syntax {
 		name := filepath.Base(p.Fset.Position(f.Pos()).Filename)
 		names = append(names, name)
-		g.uses[name] = fileUses(p, f, name)
+		g.uses[name] = repotool.FileUses(p, f, name)
 		g.arrows += len(g.uses[name])
 	}
 	slices.Sort(names)
@@ -67,39 +66,6 @@ func filesOf(p *packages.Package) (fileGraph, error) {
 		}
 	}
 	return g, nil
-}
-
-// fileUses are the other files of the package whose declarations a file
-// uses, by name.
-func fileUses(p *packages.Package, f *ast.File, name string) []string {
-	uses := map[string]bool{}
-	ast.Inspect(f, func(n ast.Node) bool {
-		id, ok := n.(*ast.Ident)
-		if !ok {
-			return true
-		}
-		obj := p.TypesInfo.Uses[id]
-		if obj == nil || obj.Pkg() != p.Types || obj.Parent() != p.Types.Scope() && !isMember(obj) {
-			return true
-		}
-		if other := filepath.Base(p.Fset.Position(obj.Pos()).Filename); other != name {
-			uses[other] = true
-		}
-		return true
-	})
-	return slices.Sorted(maps.Keys(uses))
-}
-
-// isMember is whether an object is a method or a field: declared in a
-// file, though not at package scope.
-func isMember(obj types.Object) bool {
-	switch o := obj.(type) {
-	case *types.Func:
-		return o.Signature().Recv() != nil
-	case *types.Var:
-		return o.IsField()
-	}
-	return false
 }
 
 // components are the strongly connected components of the files (Tarjan),

@@ -47,8 +47,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/modelplaneai/fleet-scheduler/tools/internal/repotool"
 )
 
 func main() {
@@ -59,11 +60,7 @@ func main() {
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	root := "."
-	if flag.NArg() > 0 {
-		root = flag.Arg(0)
-	}
-	root, err := filepath.Abs(root)
+	root, err := repotool.Root()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"go/ast"
-	"go/types"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +13,8 @@ import (
 
 	"golang.org/x/tools/go/packages"
 	"sigs.k8s.io/yaml"
+
+	"github.com/modelplaneai/fleet-scheduler/tools/internal/repotool"
 )
 
 // modulePath is the repository's root module; the layout names its
@@ -369,48 +369,12 @@ func rootTies(root string) (map[string][]string, error) {
 	if len(p.Errors) > 0 {
 		return nil, fmt.Errorf("cannot load the root package: %w", p.Errors[0])
 	}
-	fileOf := func(obj types.Object) string {
-		return filepath.Base(p.Fset.Position(obj.Pos()).Filename)
-	}
 	ties := map[string][]string{}
 	for _, f := range p.Syntax {
 		name := filepath.Base(p.Fset.Position(f.Pos()).Filename)
-		uses := map[string]bool{}
-		ast.Inspect(f, func(n ast.Node) bool {
-			id, ok := n.(*ast.Ident)
-			if !ok {
-				return true
-			}
-			obj := p.TypesInfo.Uses[id]
-			if obj == nil || obj.Pkg() != p.Types || obj.Parent() != p.Types.Scope() && !isMember(obj) {
-				return true
-			}
-			if other := fileOf(obj); other != name {
-				uses[other] = true
-			}
-			return true
-		})
-		ties[name] = slices.Sorted(func(yield func(string) bool) {
-			for u := range uses {
-				if !yield(u) {
-					return
-				}
-			}
-		})
+		ties[name] = repotool.FileUses(p, f, name)
 	}
 	return ties, nil
-}
-
-// isMember is whether an object is a method or a field: declared in a
-// file, though not at package scope.
-func isMember(obj types.Object) bool {
-	switch o := obj.(type) {
-	case *types.Func:
-		return o.Signature().Recv() != nil
-	case *types.Var:
-		return o.IsField()
-	}
-	return false
 }
 
 // compareRootFiles holds the root files' ties against the layout's table:

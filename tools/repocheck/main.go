@@ -12,7 +12,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
+
+	"github.com/modelplaneai/fleet-scheduler/tools/internal/repotool"
 )
 
 func main() {
@@ -20,11 +21,7 @@ func main() {
 		_, _ = fmt.Fprintln(flag.CommandLine.Output(), "usage: repocheck [REPOSITORY]")
 	}
 	flag.Parse()
-	root := "."
-	if flag.NArg() > 0 {
-		root = flag.Arg(0)
-	}
-	root, err := filepath.Abs(root)
+	root, err := repotool.Root()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

@@ -247,13 +247,7 @@ func runReplacing(o options) error {
 	if err := writeStuck(&doc, rows, "Pods Pending at the end:"); err != nil {
 		return err
 	}
-	if _, err := os.Stdout.Write(doc.Bytes()); err != nil {
-		return err
-	}
-	if o.out == "" {
-		return nil
-	}
-	return writeDoc(filepath.Join(o.out, "replacing.md"), commandLine(), doc.Bytes())
+	return publish(o.out, "replacing.md", doc.Bytes())
 }
 
 // runConcurrency runs the scenario of deployments scaling at once with K
@@ -291,13 +285,7 @@ func runConcurrency(o options) error {
 	if err := sim.WriteConcurrency(&doc, runs); err != nil {
 		return err
 	}
-	if _, err := os.Stdout.Write(doc.Bytes()); err != nil {
-		return err
-	}
-	if o.out == "" {
-		return nil
-	}
-	return writeDoc(filepath.Join(o.out, "concurrency.md"), commandLine(), doc.Bytes())
+	return publish(o.out, "concurrency.md", doc.Bytes())
 }
 
 // replacing is the function input of a mode with replaceUnscheduledAfter
@@ -337,13 +325,20 @@ func parseCounts(flagName, list string, least int) ([]int, error) {
 	return out, nil
 }
 
-// writeDoc writes a report with the command that wrote it.
-func writeDoc(name, command string, body []byte) error {
+// publish prints a report and, unless out is empty, writes it to out/name
+// with the command that wrote it.
+func publish(out, name string, body []byte) error {
+	if _, err := os.Stdout.Write(body); err != nil {
+		return err
+	}
+	if out == "" {
+		return nil
+	}
 	var md bytes.Buffer
-	fmt.Fprintf(&md, "<!-- Written by `%s`; do not edit. -->\n\n", command)
+	fmt.Fprintf(&md, "<!-- Written by `%s`; do not edit. -->\n\n", commandLine())
 	md.Write(body)
 	// The report is documentation, for everyone to read.
-	return os.WriteFile(name, md.Bytes(), 0o644) //nolint:gosec // See above.
+	return os.WriteFile(filepath.Join(out, name), md.Bytes(), 0o644) //nolint:gosec // See above.
 }
 
 // scenarios are what to run: a trace when one is given (with the named

@@ -83,10 +83,10 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, opts Options) (*Clu
 	if opts.TaintRules {
 		c.taintRules = c.factory.Resource().V1().DeviceTaintRules().Informer()
 	}
-	if err := c.slices.AddIndexers(cache.Indexers{indexNode: sliceNodesIndex, indexPool: slicePoolIndex, indexDriver: sliceDriverIndex}); err != nil {
+	if err := c.slices.AddIndexers(cache.Indexers{indexNode: indexBy(agent.SliceNodes), indexPool: indexBy(slicePoolKeys), indexDriver: indexBy(sliceDriverKeys)}); err != nil {
 		return nil, fmt.Errorf("cannot index ResourceSlices: %w", err)
 	}
-	if err := c.claims.AddIndexers(cache.Indexers{indexPool: claimPoolIndex}); err != nil {
+	if err := c.claims.AddIndexers(cache.Indexers{indexPool: indexBy(agent.ClaimPools)}); err != nil {
 		return nil, fmt.Errorf("cannot index ResourceClaims: %w", err)
 	}
 
@@ -98,7 +98,7 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, opts Options) (*Clu
 	for _, ns := range slices.Compact(namespaces) {
 		f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns), informers.WithTransform(slimPod))
 		inf := f.Core().V1().Pods().Informer()
-		if err := inf.AddIndexers(cache.Indexers{indexLabel: podLabelIndex}); err != nil {
+		if err := inf.AddIndexers(cache.Indexers{indexLabel: indexBy(podLabelKeys)}); err != nil {
 			return nil, fmt.Errorf("cannot index Pods: %w", err)
 		}
 		c.podFactory = append(c.podFactory, f)
@@ -427,48 +427,32 @@ func ReplicaObservationOf(u *unstructured.Unstructured) (*v1alpha1.ReplicaObserv
 	return out, nil
 }
 
-func sliceNodesIndex(obj any) ([]string, error) {
-	s, ok := obj.(*resourcev1.ResourceSlice)
-	if !ok {
-		return nil, nil
+// indexBy is an index of the objects of type T by the keys of each; an
+// object of another type has none.
+func indexBy[T any](keys func(T) []string) cache.IndexFunc {
+	return func(obj any) ([]string, error) {
+		o, ok := obj.(T)
+		if !ok {
+			return nil, nil
+		}
+		return keys(o), nil
 	}
-	return agent.SliceNodes(s), nil
 }
 
-func slicePoolIndex(obj any) ([]string, error) {
-	s, ok := obj.(*resourcev1.ResourceSlice)
-	if !ok {
-		return nil, nil
-	}
-	return []string{agent.ResourcePoolKey(s.Spec.Driver, s.Spec.Pool.Name)}, nil
+func slicePoolKeys(s *resourcev1.ResourceSlice) []string {
+	return []string{agent.ResourcePoolKey(s.Spec.Driver, s.Spec.Pool.Name)}
 }
 
-func sliceDriverIndex(obj any) ([]string, error) {
-	s, ok := obj.(*resourcev1.ResourceSlice)
-	if !ok {
-		return nil, nil
-	}
-	return []string{s.Spec.Driver}, nil
+func sliceDriverKeys(s *resourcev1.ResourceSlice) []string {
+	return []string{s.Spec.Driver}
 }
 
-func claimPoolIndex(obj any) ([]string, error) {
-	c, ok := obj.(*resourcev1.ResourceClaim)
-	if !ok {
-		return nil, nil
-	}
-	return agent.ClaimPools(c), nil
-}
-
-func podLabelIndex(obj any) ([]string, error) {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return nil, nil
-	}
+func podLabelKeys(p *corev1.Pod) []string {
 	out := make([]string, 0, len(p.Labels))
 	for k, v := range p.Labels {
 		out = append(out, k+"="+v)
 	}
-	return out, nil
+	return out
 }
 
 // dropManagedFields drops what the agent never reads and an informer would

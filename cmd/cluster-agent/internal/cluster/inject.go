@@ -15,27 +15,23 @@ import (
 // informers would on their events: for tests of what reads the view,
 // without an API server. Handlers are not called.
 func (c *Cluster) Inject(objs ...any) error {
-	for _, o := range objs {
-		s, err := c.storeOf(o)
-		if err != nil {
-			return err
-		}
-		if err := s.Update(o); err != nil {
-			return fmt.Errorf("cannot inject %T: %w", o, err)
-		}
-	}
-	return nil
+	return c.each(objs, "inject", cache.Store.Update)
 }
 
 // Remove removes objects from the caches, as a deletion would.
 func (c *Cluster) Remove(objs ...any) error {
+	return c.each(objs, "remove", cache.Store.Delete)
+}
+
+// each does op to each object in the store of its kind.
+func (c *Cluster) each(objs []any, verb string, op func(cache.Store, any) error) error {
 	for _, o := range objs {
 		s, err := c.storeOf(o)
 		if err != nil {
 			return err
 		}
-		if err := s.Delete(o); err != nil {
-			return fmt.Errorf("cannot remove %T: %w", o, err)
+		if err := op(s, o); err != nil {
+			return fmt.Errorf("cannot %s %T: %w", verb, o, err)
 		}
 	}
 	return nil

@@ -45,14 +45,10 @@ func New(syncedAt func() time.Time) *Metrics {
 	r := prometheus.NewRegistry()
 	m := &Metrics{
 		Registry: r,
-		Writes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cluster_agent_status_writes_total",
-			Help: "Status writes of PoolObservations and ReplicaObservations, by kind and result (ok, conflict, error).",
-		}, []string{"kind", "result"}),
-		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cluster_agent_report_errors_total",
-			Help: "Reconciles whose condition the agent set False or Unknown for a reason, by kind and reason.",
-		}, []string{"kind", "reason"}),
+		Writes: counterVec("cluster_agent_status_writes_total",
+			"Status writes of PoolObservations and ReplicaObservations, by kind and result (ok, conflict, error).", "kind", "result"),
+		Errors: counterVec("cluster_agent_report_errors_total",
+			"Reconciles whose condition the agent set False or Unknown for a reason, by kind and reason.", "kind", "reason"),
 		PoolSynced: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cluster_agent_pool_synced",
 			Help: "1 for a pool whose report is published (Synced True), 0 for one the agent cannot observe.",
@@ -62,19 +58,15 @@ func New(syncedAt func() time.Time) *Metrics {
 			Help:    "Time to build a pool's report, nodes recounted included.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}, []string{"pool"}),
-		NodesCounted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cluster_agent_nodes_counted_total",
-			Help: "Nodes whose free devices were counted, by pool and whether they were recounted (their objects changed) or reused.",
-		}, []string{"pool", "how"}),
+		NodesCounted: counterVec("cluster_agent_nodes_counted_total",
+			"Nodes whose free devices were counted, by pool and whether they were recounted (their objects changed) or reused.", "pool", "how"),
 		PublishedAge: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "cluster_agent_published_observed_at_age_seconds",
 			Help:    "How old observedAt was when a PoolObservation's status was written.",
 			Buckets: []float64{1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300},
 		}),
-		Proofs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cluster_agent_sync_proofs_total",
-			Help: "Steps of the proofs of the view's time, by kind (empty for a whole round) and step.",
-		}, []string{"kind", "step"}),
+		Proofs: counterVec("cluster_agent_sync_proofs_total",
+			"Steps of the proofs of the view's time, by kind (empty for a whole round) and step.", "kind", "step"),
 		ProofLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "cluster_agent_sync_proof_lag_seconds",
 			Help:    "How old a proven view time was when it was proven.",
@@ -98,4 +90,9 @@ func New(syncedAt func() time.Time) *Metrics {
 	r.MustRegister(m.Writes, m.Errors, m.PoolSynced, m.BuildSeconds, m.NodesCounted, m.PublishedAge, m.Proofs, m.ProofLag, m.Leader, age,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// counterVec is a counter with labels.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 }

@@ -35,23 +35,26 @@ func (p *Process) Usage() (Usage, error) {
 		p.hostPID = pid
 	}
 	dir := filepath.Join("/proc", strconv.Itoa(p.hostPID))
-	stat, err := os.ReadFile(filepath.Join(dir, "stat"))
+	cpu, err := readProc(dir, "stat", statCPU)
 	if err != nil {
 		return Usage{}, fmt.Errorf("cannot read the CPU time of %s: %w", p.Name, err)
 	}
-	cpu, err := statCPU(string(stat))
-	if err != nil {
-		return Usage{}, fmt.Errorf("cannot read the CPU time of %s: %w", p.Name, err)
-	}
-	status, err := os.ReadFile(filepath.Join(dir, "status"))
-	if err != nil {
-		return Usage{}, fmt.Errorf("cannot read the memory of %s: %w", p.Name, err)
-	}
-	rss, err := statusRSS(string(status))
+	rss, err := readProc(dir, "status", statusRSS)
 	if err != nil {
 		return Usage{}, fmt.Errorf("cannot read the memory of %s: %w", p.Name, err)
 	}
 	return Usage{CPU: cpu, RSS: rss}, nil
+}
+
+// readProc reads the file name of a process's /proc directory dir with
+// parse.
+func readProc[T any](dir, name string, parse func(string) (T, error)) (T, error) {
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return parse(string(b))
 }
 
 // hostPID finds the PID /proc knows a child of this process by, given its
