@@ -47,6 +47,18 @@ const (
 	FieldNodesByFreeDevices = "nodesByFreeDevices"
 )
 
+// FieldBinding is the optional field of a pool's report that says how
+// its pods bind: BindingSteered while the agent steers the pool
+// (docs/spec.md#steering), absent otherwise. It sits beside the three
+// fields below, in the PoolObservation's status and in the pool's entry of
+// status.gpuPools[], and is relayed with them.
+const FieldBinding = "binding"
+
+// BindingSteered is FieldBinding's one value: the agent decides which node
+// each claiming pod of the pool binds to, by the rule the function
+// accounts the pool with.
+const BindingSteered = "Steered"
+
 // ReportFields are the three fields of a pool's report, in the order above.
 var ReportFields = [...]string{FieldObservedNodes, FieldObservedAt, FieldNodesByFreeDevices} //nolint:gochecknoglobals // A constant list; Go has no constant arrays.
 
@@ -71,11 +83,50 @@ type Free struct {
 	Count int64  `json:"count"`
 }
 
+// Steering is whether the agent steers a pool's claiming pods
+// (docs/spec.md#steering). An enumeration rather than a bool, as
+// Kubernetes' API conventions advise, so that other ways of steering can
+// be added without a second field.
+type Steering string
+
+// The values of PoolObservationSpec.Steering.
+const (
+	// SteeringDisabled: the cluster's own scheduler picks each pod's node,
+	// and nothing in the cluster changes. The default.
+	SteeringDisabled Steering = "Disabled"
+	// SteeringEnabled: the agent holds each claiming pod of the pool at
+	// admission, decides its node and releases it pinned there.
+	SteeringEnabled Steering = "Enabled"
+)
+
+// What steering puts on Pods and on the admission policy that holds them.
+// The shipped MutatingAdmissionPolicy (deploy/cluster-agent/steering.yaml)
+// and the agent use these names.
+const (
+	// SchedulingGate is the scheduling gate the admission policy adds to a
+	// claiming pod of a steered pool, and the agent removes when it
+	// releases the pod.
+	SchedulingGate = "agent.modelplane.ai/steering"
+	// AnnotationSteeredPools is on the leading agent's own Pod: the names
+	// of the pools it steers, comma-separated. The admission policy reads
+	// it from its param (that Pod) and holds only those pools' pods.
+	AnnotationSteeredPools = "agent.modelplane.ai/steered-pools"
+	// AnnotationSteeredTo is on a pod the agent released: the node it
+	// decided, or empty when the pod fitted no node and was released
+	// unpinned. A bound claiming pod of a steered pool without it bound
+	// without the agent's decision.
+	AnnotationSteeredTo = "agent.modelplane.ai/steered-to"
+)
+
 // Condition types the agent writes.
 const (
 	// ConditionSynced is a PoolObservation's: True while the agent reports
 	// the pool, False with why when it cannot.
 	ConditionSynced = "Synced"
+	// ConditionSteering is a PoolObservation's while its spec asks for
+	// steering: True while steering is in force and the status says
+	// binding Steered, False with why when it is not.
+	ConditionSteering = "Steering"
 	// ConditionPodsScheduled is a ReplicaObservation's: True once spec.pods
 	// of the selected pods are bound to a node.
 	ConditionPodsScheduled = "PodsScheduled"
@@ -134,6 +185,9 @@ type PoolObservationSpec struct {
 	Devices []fsv1alpha1.Device `json:"devices,omitempty"`
 	// Tolerations are the taints the pool's pods tolerate.
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// Steering is whether the agent steers the pool's claiming pods;
+	// empty is SteeringDisabled.
+	Steering Steering `json:"steering,omitempty"`
 }
 
 // PoolObservationStatus is the agent's report of the pool
@@ -148,7 +202,10 @@ type PoolObservationStatus struct {
 	// devices. A pointer, so that an empty histogram is published as an
 	// empty list and no histogram as none.
 	NodesByFreeDevices *[]Bucket `json:"nodesByFreeDevices,omitempty"`
-	// Conditions hold Synced.
+	// Binding is BindingSteered while steering is in force, and empty
+	// otherwise (the Steering condition says why).
+	Binding string `json:"binding,omitempty"`
+	// Conditions hold Synced, and Steering when the spec asks for it.
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
