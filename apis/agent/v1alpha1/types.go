@@ -228,6 +228,12 @@ type ReplicaObservationSpec struct {
 	// Pods is how many pods the replica's engines run, gang workers
 	// included.
 	Pods int64 `json:"pods"`
+	// ReplicaNamespace is the ModelReplica's namespace in the control
+	// plane. A steering agent orders held pods as the function's ledger
+	// charges them, by that namespace, then the replica's name (the
+	// ReplicaObservation's), then the engine (the index of the selector a
+	// pod matches). Empty in ReplicaObservations of older relays.
+	ReplicaNamespace string `json:"replicaNamespace,omitempty"`
 }
 
 // ReplicaObservationStatus says how many of the replica's pods are bound.
