@@ -51,13 +51,13 @@ func TestSteer(t *testing.T) {
 		},
 		"TiesByNodeName": {
 			reason: "Nodes with equal free vectors tie, and the tie goes to the name that sorts first, whatever order the nodes come in.",
-			args: args{devices: 1, nodes: []SteerNode{steerNode("z", 4), steerNode("a", 4)}, pods: []SteerPod{steerPod("p", "r", 1)}},
-			want: want{decisions: []Decision{pinned("p", "a")}, after: []SteerNode{steerNode("a", 3), steerNode("z", 4)}},
+			args:   args{devices: 1, nodes: []SteerNode{steerNode("z", 4), steerNode("a", 4)}, pods: []SteerPod{steerPod("p", "r", 1)}},
+			want:   want{decisions: []Decision{pinned("p", "a")}, after: []SteerNode{steerNode("a", 3), steerNode("z", 4)}},
 		},
 		"BestFitByClaimedKindFirst": {
 			reason: "The claimed kind decides first (nodeorder.Compare): the node with 1 gpu free wins over the one with 2, though it has more nics free.",
-			args: args{devices: 2, nodes: []SteerNode{steerNode("a", 2, 0), steerNode("b", 1, 8)}, pods: []SteerPod{steerPod("p", "r", 1, 0)}},
-			want: want{decisions: []Decision{pinned("p", "b")}, after: []SteerNode{steerNode("a", 2, 0), steerNode("b", 0, 8)}},
+			args:   args{devices: 2, nodes: []SteerNode{steerNode("a", 2, 0), steerNode("b", 1, 8)}, pods: []SteerPod{steerPod("p", "r", 1, 0)}},
+			want:   want{decisions: []Decision{pinned("p", "b")}, after: []SteerNode{steerNode("a", 2, 0), steerNode("b", 0, 8)}},
 		},
 		"GangOnDistinctNodes": {
 			reason: "A gang's two pods take distinct nodes even where one node could hold both, the biggest claim first.",
