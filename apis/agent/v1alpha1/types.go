@@ -116,6 +116,10 @@ const (
 	// unpinned. A bound claiming pod of a steered pool without it bound
 	// without the agent's decision.
 	AnnotationSteeredTo = "agent.modelplane.ai/steered-to"
+	// SteeringPolicy is the name of the shipped MutatingAdmissionPolicy
+	// that holds a steered pool's pods, and of its binding. The agent
+	// reports a pool Steered only while both exist as shipped.
+	SteeringPolicy = "modelplane-cluster-agent-steering"
 )
 
 // Condition types the agent writes.
