@@ -16,20 +16,25 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 )
 
-// features are the DRA features on by default in Kubernetes 1.37's
-// kube-scheduler: partitionable devices (shared counters), consumable
-// capacity, device taints, binding conditions with device status, admin
-// access and prioritized lists. A cluster with one of them off has API
-// objects without its fields, which the allocator then never meets.
-func features() structured.Features {
+// Features are the DRA features kube-scheduler v1.37 allocates with by
+// default (dynamicresources.AllocatorFeatures of its default feature
+// gates): partitionable devices (shared counters), consumable capacity,
+// device taints, binding conditions with device status, admin access and
+// prioritized lists. A cluster with one of them off has API objects
+// without its fields, which the allocator then never meets. Fractional
+// capacity ranges are off: that gate's v1.37 default is on only from
+// --min-compatibility-version 1.37, and the flag defaults to the version
+// before the binary's. The simulator's binder (sim/kube.Features, checked
+// against kube-scheduler's own framework) allocates with the same set, and
+// a test in sim holds the two equal.
+func Features() structured.Features {
 	return structured.Features{
-		AdminAccess:             true,
-		ConsumableCapacity:      true,
-		DeviceBindingAndStatus:  true,
-		DeviceTaints:            true,
-		FractionalCapacityRange: true,
-		PartitionableDevices:    true,
-		PrioritizedList:         true,
+		AdminAccess:            true,
+		ConsumableCapacity:     true,
+		DeviceBindingAndStatus: true,
+		DeviceTaints:           true,
+		PartitionableDevices:   true,
+		PrioritizedList:        true,
 	}
 }
 
@@ -37,7 +42,7 @@ func features() structured.Features {
 // consumable capacity's device.allowMultipleAllocations. One per process:
 // the compiler behind it is built once.
 var celCache = sync.OnceValue(func() *dracel.Cache { //nolint:gochecknoglobals // One compiler and cache per process, as in kube-scheduler.
-	return dracel.NewCache(64, dracel.Features{EnableConsumableCapacity: features().ConsumableCapacity})
+	return dracel.NewCache(64, dracel.Features{EnableConsumableCapacity: Features().ConsumableCapacity})
 })
 
 // classLister serves the view's DeviceClasses to the allocator.
@@ -217,7 +222,7 @@ func (c *counter) free(ctx context.Context, node *corev1.Node) ([]int64, error) 
 // so one built before a device was taken would not charge that device's
 // counters.
 func (c *counter) allocateOne(ctx context.Context, node *corev1.Node, own []*resourcev1.ResourceSlice, state structured.AllocatedState, d poolDevice) (structured.DeviceID, bool, error) {
-	a, err := structured.NewAllocator(ctx, features(), state, c.classes, own, celCache())
+	a, err := structured.NewAllocator(ctx, Features(), state, c.classes, own, celCache())
 	if err != nil {
 		return structured.DeviceID{}, false, fmt.Errorf("cannot create the DRA allocator: %w", err)
 	}

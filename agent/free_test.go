@@ -145,7 +145,7 @@ func TestFreeCanAllBeHad(t *testing.T) {
 				inUse.Insert(structured.MakeDeviceID(res.Driver, res.Pool, res.Device))
 			}
 		}
-		a, err := structured.NewAllocator(t.Context(), features(), structured.AllocatedState{AllocatedDevices: inUse}, classLister{gpuClass: classes()[0], migClass: classes()[1]}, rn.slices, celCache())
+		a, err := structured.NewAllocator(t.Context(), Features(), structured.AllocatedState{AllocatedDevices: inUse}, classLister{gpuClass: classes()[0], migClass: classes()[1]}, rn.slices, celCache())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,7 +205,7 @@ func TestAShareInUseCouldStillBeShared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := structured.NewAllocator(t.Context(), features(), state, classLister{gpuClass: classes()[0]}, s, celCache())
+	a, err := structured.NewAllocator(t.Context(), Features(), state, classLister{gpuClass: classes()[0]}, s, celCache())
 	if err != nil {
 		t.Fatal(err)
 	}
