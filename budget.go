@@ -9,9 +9,9 @@ import (
 )
 
 // maxResponseBytes is the most Crossplane receives of a response: its
-// function runner (internal/xfn/function_runner.go:254 in v2.2.0 and
-// v2.3.4) and crossplane render (cmd/crank/render/render.go:131 in v2.2.0,
-// internal/render/runner.go:57 in v2.3.4) dial without a receive limit of
+// function runner (internal/xfn/function_runner.go:254 in v2.3.4 and
+// v2.4.0) and its render engine, which `crossplane composition render` runs
+// (internal/render/runner.go:57 in both), dial without a receive limit of
 // their own, so gRPC's default of 4 MiB holds, and a larger response fails
 // the reconcile with ResourceExhausted.
 const maxResponseBytes = 4 << 20

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/yaml"
@@ -263,5 +264,55 @@ func TestReplicaName(t *testing.T) {
 				t.Errorf("replicaName(%q, %q, %d): want %s, got %s", tc.deployment, tc.cluster, tc.index, tc.want, got)
 			}
 		})
+	}
+}
+
+// TestFixturesAgreeOnSharedObjects: Crossplane core's render engine, which
+// `crossplane composition render` runs, keeps one store of objects, as an
+// API server does. An object a fixture lists both as observed (composed by
+// the XR) and as required (the ModelReplicas the function reads) is one
+// object there, and the copy read last wins. So both copies must be the
+// same, composition-resource-name annotation included: the engine finds an
+// observed resource by that annotation.
+func TestFixturesAgreeOnSharedObjects(t *testing.T) {
+	dirs, err := filepath.Glob(filepath.Join(root, "e2e", "testdata", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs = append(dirs, filepath.Join(root, "example"), filepath.Join(root, "example", "observed"))
+	key := func(u *unstructured.Unstructured) string {
+		return u.GetAPIVersion() + " " + u.GetKind() + " " + u.GetNamespace() + "/" + u.GetName()
+	}
+	shared := 0
+	for _, dir := range dirs {
+		observed := map[string]*unstructured.Unstructured{}
+		files, err := filepath.Glob(filepath.Join(dir, freshen.ObservedResources, "*.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			for _, u := range readYAML(t, f) {
+				observed[key(u)] = u
+			}
+		}
+		files, err = filepath.Glob(filepath.Join(dir, freshen.RequiredResources, "*.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			for _, u := range readYAML(t, f) {
+				o, ok := observed[key(u)]
+				if !ok {
+					continue
+				}
+				shared++
+				if diff := cmp.Diff(o.Object, u.Object); diff != "" {
+					t.Errorf("%s: %s differs between %s/ and %s/ (-observed +required):\n%s", dir, key(u), freshen.ObservedResources, freshen.RequiredResources, diff)
+				}
+			}
+		}
+	}
+	if shared == 0 {
+		t.Error("no fixture lists an object as both observed and required: the check checked nothing")
 	}
 }

@@ -1,11 +1,14 @@
-// Package e2e renders fixtures with the real `crossplane render` against the
-// function built from this tree, and checks what it composes against the
-// contract. TestMain builds the function, finds or builds the crossplane CLI
-// (bin/crossplane, see hack/build-crossplane.sh; or $CROSSPLANE), and starts
-// the function with --insecure on a free loopback port for every test to
-// share. With -short, or when there is no crossplane CLI and none can be
-// built, the renders are skipped and say why; but not when CI=true or
-// $CROSSPLANE is set, where a missing CLI fails the run.
+// Package e2e renders fixtures with the real `crossplane composition render`
+// against the function built from this tree, and checks what it composes
+// against the contract. TestMain builds the function, finds or builds the
+// crossplane CLI (bin/crossplane, see hack/build-crossplane.sh; or
+// $CROSSPLANE) and Crossplane core, whose render engine the CLI runs
+// (bin/control-plane/crossplane, see hack/build-control-plane.sh; or
+// $CROSSPLANE_CORE), and starts the function with --insecure on a free
+// loopback port for every test to share. With -short, or when either binary
+// is missing and cannot be built, the renders are skipped and say why; but
+// not when CI=true or $CROSSPLANE or $CROSSPLANE_CORE is set, where a
+// missing binary fails the run.
 package e2e
 
 import (
@@ -33,6 +36,8 @@ var (
 	root string
 	// crossplane is the crossplane CLI's path.
 	crossplane string
+	// core is the path of Crossplane core, whose render engine the CLI runs.
+	core string
 	// target is where the running function listens, host:port.
 	target string
 	// functionLog collects the function's output.
@@ -66,11 +71,14 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(tmp)
 
-	crossplane, skip = findCrossplane()
+	crossplane, skip = findBinary("CROSSPLANE", "the crossplane CLI", "crossplane", "build-crossplane.sh")
+	if skip == "" {
+		core, skip = findBinary("CROSSPLANE_CORE", "Crossplane core", filepath.Join("control-plane", "crossplane"), "build-control-plane.sh", "crossplane")
+	}
 	if skip != "" {
-		// CI builds the CLI first (.ci/run), so there a missing one is a
+		// CI builds both first (.ci/run), so there a missing one is a
 		// failure, not a reason to skip.
-		if os.Getenv("CI") == "true" || os.Getenv("CROSSPLANE") != "" {
+		if os.Getenv("CI") == "true" || os.Getenv("CROSSPLANE") != "" || os.Getenv("CROSSPLANE_CORE") != "" {
 			fmt.Fprintln(os.Stderr, "e2e:", skip)
 			return 1
 		}
@@ -97,27 +105,26 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// findCrossplane returns the crossplane CLI to render with: $CROSSPLANE if
-// set, else bin/crossplane, built by hack/build-crossplane.sh when it is not
-// there yet. It returns why not when there is none.
-func findCrossplane() (path, why string) {
-	if p := os.Getenv("CROSSPLANE"); p != "" {
+// findBinary returns the binary named what to render with: $env if set, else
+// bin/<bin>, built by hack/<script> with args when it is not current (the
+// script does nothing when it is). It returns why not when there is none.
+func findBinary(env, what, bin, script string, args ...string) (path, why string) {
+	if p := os.Getenv(env); p != "" {
 		if _, err := exec.LookPath(p); err != nil {
-			return "", fmt.Sprintf("$CROSSPLANE is %q, which is not an executable: %v", p, err)
+			return "", fmt.Sprintf("$%s is %q, which is not an executable: %v", env, p, err)
 		}
 		return p, ""
 	}
-	p := filepath.Join(root, "bin", "crossplane")
-	// The script does nothing when bin/crossplane is current.
-	cmd := exec.CommandContext(context.Background(), "bash", filepath.Join(root, "hack", "build-crossplane.sh"))
+	p := filepath.Join(root, "bin", bin)
+	cmd := exec.CommandContext(context.Background(), "bash", append([]string{filepath.Join(root, "hack", script)}, args...)...)
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		if _, statErr := os.Stat(p); statErr == nil {
-			fmt.Fprintf(os.Stderr, "e2e: cannot rebuild bin/crossplane, using the one there: %v\n%s", err, out)
+			fmt.Fprintf(os.Stderr, "e2e: cannot rebuild bin/%s, using the one there: %v\n%s", bin, err, out)
 			return p, ""
 		}
-		return "", fmt.Sprintf("no crossplane CLI: bin/crossplane is absent and ./hack/build-crossplane.sh failed (%v):\n%s", err, out)
+		return "", fmt.Sprintf("no %s: bin/%s is absent and ./hack/%s failed (%v):\n%s", what, bin, script, err, out)
 	}
 	return p, ""
 }
@@ -188,7 +195,7 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// rendered is the output of one `crossplane render`.
+// rendered is the output of one `crossplane composition render`.
 type rendered struct {
 	xr       *unstructured.Unstructured
 	composed map[string]*unstructured.Unstructured // By composition resource name.
@@ -208,6 +215,7 @@ func render(t *testing.T, dir string) rendered {
 		t.Fatalf("cannot prepare fixture %s: %v", dir, err)
 	}
 	args := append(p.Args(), "--include-function-results",
+		"--crossplane-binary="+core,
 		"-a", "render.crossplane.io/runtime=Development",
 		"-a", "render.crossplane.io/runtime-development-target="+target)
 
@@ -241,7 +249,7 @@ func render(t *testing.T, dir string) rendered {
 		}
 	}
 	if out.xr == nil {
-		t.Fatalf("crossplane render printed no XR:\n%s", stdout.String())
+		t.Fatalf("crossplane composition render printed no XR:\n%s", stdout.String())
 	}
 	return out
 }

@@ -683,7 +683,10 @@ func checkWarning(t *testing.T, results []*unstructured.Unstructured, want []str
 	t.Helper()
 	var warnings []string
 	for _, r := range results {
-		if sev, _, _ := unstructured.NestedString(r.Object, "severity"); sev != "SEVERITY_WARNING" {
+		// The render engine reports the XR's events as results: a
+		// function's warning is a Warning event, its message prefixed with
+		// the pipeline step's name.
+		if sev, _, _ := unstructured.NestedString(r.Object, "severity"); sev != "Warning" {
 			continue
 		}
 		msg, _, _ := unstructured.NestedString(r.Object, "message")

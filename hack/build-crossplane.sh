@@ -5,6 +5,12 @@
 # Skips the build when bin/crossplane was already built from that go.mod and
 # go.sum with this Go toolchain.
 #
+# The CLI's `composition render` also needs Crossplane core, whose render
+# engine it runs (--crossplane-binary): `./hack/build-control-plane.sh
+# crossplane` builds it into bin/control-plane/crossplane, and
+# hack/render.sh and e2e/ run both scripts. `xpkg build` and `xpkg push`
+# need the CLI only.
+#
 # Needs only Go and the Go module proxy. The first build takes a few minutes.
 #
 # A wrapper module of its own, not tools/go.mod: tools/go.mod pins
@@ -18,7 +24,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${root}/bin/crossplane"
 stamp="${root}/bin/.crossplane.stamp"
 wrapper="${root}/tools/crossplane-cli"
-module=github.com/crossplane/crossplane/v2
+module=github.com/crossplane/cli/v2
 
 # Builds here must not see a go.work, and must not edit the wrapper's go.mod.
 export GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false"
@@ -37,8 +43,8 @@ mkdir -p "${root}/bin"
 tmp="$(mktemp "${root}/bin/.crossplane.XXXXXX")"
 trap 'rm -f "${tmp}"' EXIT
 (cd "${wrapper}" && go build -trimpath \
-  -ldflags "-s -w -X=${module}/internal/version.version=${version}" \
-  -o "${tmp}" "${module}/cmd/crank")
+  -ldflags "-s -w -X=github.com/crossplane/crossplane-runtime/v2/pkg/version.version=${version}" \
+  -o "${tmp}" "${module}/cmd/crossplane")
 mv -f "${tmp}" "${out}"
 echo "${want}" > "${stamp}"
 echo "Built bin/crossplane ($("${out}" version --client 2>/dev/null || echo "${version}")) in $((SECONDS - started))s" >&2

@@ -5,9 +5,9 @@
 #   ./hack/push-xpkg.sh xpkg.example.com/platform/fleet-scheduler:v0.1.0
 #   PACKAGE=fleet-scheduler-relay ./hack/push-xpkg.sh xpkg.example.com/platform/fleet-scheduler-relay:v0.1.0
 #
-# The tag must be a semantic version. Credentials come from `crossplane xpkg
-# login` or the Docker config (~/.docker/config.json), as for `crossplane xpkg
-# push`.
+# The tag must be a semantic version. Credentials come from the Docker config
+# ($DOCKER_CONFIG/config.json or ~/.docker/config.json, as `docker login`
+# writes it), as for `crossplane xpkg push`; the CLI has no `xpkg login`.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Render a fixture with the real `crossplane render`, against this function.
+# Render a fixture with the real `crossplane composition render`, against this
+# function.
 #
 #   ./hack/render.sh                     # example/: the fleet, counted in whole nodes
 #   ./hack/render.sh example/observed    # the same fleet, with cluster-agent reports
-#   ./hack/render.sh e2e/testdata/retain -r   # flags go to crossplane render
+#   ./hack/render.sh e2e/testdata/retain -r   # flags go to crossplane composition render
 #   ./hack/render.sh -r                  # example/, with the function's results
 #
-# It builds bin/function and, the first time, bin/crossplane (a few minutes;
-# see hack/build-crossplane.sh), starts the function with --insecure on a free
-# loopback port, waits until the port accepts connections, renders the
-# fixture, and prints the rendered YAML on stdout. The function is stopped
+# It builds bin/function and, the first time, the crossplane CLI
+# (bin/crossplane, hack/build-crossplane.sh) and Crossplane core
+# (bin/control-plane/crossplane, hack/build-control-plane.sh), a few minutes
+# cold. Without Docker the CLI renders by running core's render engine, the
+# binary given as --crossplane-binary. It starts the function with --insecure
+# on a free loopback port, waits until the port accepts connections, renders
+# the fixture, and prints the rendered YAML on stdout. The function is stopped
 # however the script ends; its log goes to stderr if the render fails.
 #
 # A fixture is a directory holding required-resources/ (the InferenceClusters,
@@ -19,7 +23,7 @@
 #
 # Timestamps: fixtures are written against a fixed clock, 2026-10-20T20:06:00Z
 # (e2e/internal/freshen.Clock). The function judges an observation's freshness
-# (observedAt against observationMaxAge) by its own wall clock, and crossplane
+# (observedAt against observationMaxAge) by its own wall clock, and the CLI's
 # render has no way to set a function's clock. So the fixture is copied into a
 # temporary directory first, with every observedAt and lastTransitionTime
 # moved by (now - fixture clock): an observation 30s old at the fixture clock
@@ -46,6 +50,7 @@ fixture="$(cd "${fixture}" && pwd)"
 cd "${root}"
 
 ./hack/build-crossplane.sh
+./hack/build-control-plane.sh crossplane
 go build -buildvcs=false -o bin/function .
 
 work="$(mktemp -d)"
@@ -99,10 +104,11 @@ args=()
 while IFS= read -r a; do args+=("${a}"); done <"${work}/args"
 
 if ! bin/crossplane "${args[@]}" \
+  --crossplane-binary=bin/control-plane/crossplane \
   -a render.crossplane.io/runtime=Development \
   -a "render.crossplane.io/runtime-development-target=127.0.0.1:${port}" \
   "$@"; then
-  echo "render.sh: crossplane render failed; the function's log:" >&2
+  echo "render.sh: crossplane composition render failed; the function's log:" >&2
   cat "${work}/function.log" >&2
   exit 1
 fi

@@ -7,7 +7,7 @@
 #   test/mtls     the function started from its runtime image serves
 #                 RunFunction over mutual TLS only
 #   test/schemas  ModelReplicas (hand-made and as ./hack/render.sh renders
-#                 example/) against Modelplane's XRDs, `crossplane beta validate`
+#                 example/) against Modelplane's XRDs, `crossplane resource validate`
 #
 # Also checks that test/ and tools/image (modules of their own) are tidy and
 # vet clean. Extra flags go to `go test`, e.g. ./hack/test-package.sh -run Mutual

@@ -1,6 +1,6 @@
 // Package schemas validates the objects fleet-scheduler emits against
 // Modelplane's XRDs (copied from shared/reference into xrds/) with
-// `crossplane beta validate`, offline: OpenAPI schema, unknown fields and
+// `crossplane resource validate`, offline: OpenAPI schema, unknown fields and
 // the XRDs' CEL rules, as the API server would apply them. It shows the check
 // rejects broken ModelReplicas (testdata/invalid) and accepts good ones
 // (testdata/valid), then validates what `hack/render.sh` renders for the
@@ -162,7 +162,7 @@ func TestRenderedExampleValidates(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "rendered.yaml")
 			write(t, file, keep)
 			r := validate(t, cli, file)
-			t.Logf("crossplane beta validate:\n%s", r.output)
+			t.Logf("crossplane resource validate:\n%s", r.output)
 
 			if r.failures != 0 || r.err != nil {
 				t.Errorf("the rendered objects of %s do not validate against the XRDs: %v\n%s", fixture, r.err, r.output)
@@ -205,7 +205,7 @@ func inputXR(t *testing.T, root, fixture string) map[string]any {
 	return objs[0]
 }
 
-// result is what `crossplane beta validate` reported.
+// result is what `crossplane resource validate` reported.
 type result struct {
 	output                    string
 	err                       error
@@ -213,18 +213,18 @@ type result struct {
 }
 
 // noBuiltinSchemas stands in for the Crossplane image whose CRDs `crossplane
-// beta validate` always fetches to validate Crossplane's own kinds. We
+// resource validate` always fetches to validate Crossplane's own kinds. We
 // validate only Modelplane's kinds, from local XRDs, so an empty cache entry
 // under this name keeps the command offline.
 const noBuiltinSchemas = "offline.invalid/no-builtin-schemas:v0"
 
-// validate runs `crossplane beta validate xrds/ resources`, offline.
+// validate runs `crossplane resource validate xrds/ resources`, offline.
 func validate(t *testing.T, cli, resources string) result {
 	t.Helper()
 	return validateWith(t, cli, "xrds", resources)
 }
 
-// validateWith runs `crossplane beta validate extensions resources`,
+// validateWith runs `crossplane resource validate extensions resources`,
 // offline: extensions is an XRD file or a directory of them.
 func validateWith(t *testing.T, cli, extensions, resources string) result {
 	t.Helper()
@@ -236,7 +236,7 @@ func validateWith(t *testing.T, cli, extensions, resources string) result {
 	if err := os.WriteFile(filepath.Join(entry, "package.yaml"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := testenv.Run(t.Context(), ".", nil, cli, "beta", "validate", "--cache-dir="+cache, "--crossplane-image="+noBuiltinSchemas, extensions, resources)
+	out, err := testenv.Run(t.Context(), ".", nil, cli, "resource", "validate", "--cache-dir="+cache, "--crossplane-image="+noBuiltinSchemas, extensions, resources)
 	r := result{output: out, err: err}
 	for l := range strings.SplitSeq(out, "\n") {
 		switch {
@@ -250,7 +250,7 @@ func validateWith(t *testing.T, cli, extensions, resources string) result {
 	if m := regexp.MustCompile(`(\d+) failure cases`).FindStringSubmatch(out); m != nil {
 		_, _ = fmt.Sscan(m[1], &r.failures)
 	} else if err == nil {
-		r.err = errors.New("no summary line in the output of crossplane beta validate")
+		r.err = errors.New("no summary line in the output of crossplane resource validate")
 	}
 	return r
 }

@@ -1,7 +1,8 @@
 // Command prepare-fixture copies a render fixture into a directory of its own,
 // shifting its timestamps so that they are as old, relative to now, as the
-// fixture says, and prints the `crossplane render` arguments for it, one a
-// line. hack/render.sh runs it; see package freshen for the fixture layout.
+// fixture says, and prints the `crossplane composition render` arguments for
+// it, one a line (hack/render.sh adds --crossplane-binary). hack/render.sh
+// runs it; see package freshen for the fixture layout.
 //
 //	go run ./e2e/cmd/prepare-fixture <fixture-dir> <example-dir> <out-dir>
 package main
