@@ -206,7 +206,7 @@ func TestModelDeploymentOnALiveControlPlane(t *testing.T) {
 		cp.stopFunction(t)
 		// A change the XR watches, made while the function is down:
 		// Crossplane's call waits for the function (gRPC waitForReady),
-		// up to the XR reconcile's timeout (2m in Crossplane v2.3).
+		// up to the XR reconcile's timeout (2m in Crossplane v2.3 and v2.4).
 		cp.setReady(t, replicaName(deployment, "gke-us-central", 0))
 		time.Sleep(10 * time.Second)
 		if got := cp.composedUIDs(t); len(got) != len(before) {
