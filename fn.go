@@ -16,6 +16,11 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 )
 
+// contextAskedWhole is the key of the pipeline context by which a call's
+// iteration tells its next ones that it asked for the whole fleet, so that
+// they stay whole (docs/spec.md#narrow-requests).
+const contextAskedWhole = "scheduler.fn.modelplane.ai/asked-whole-fleet"
+
 // Function places a ModelDeployment's replicas on a fleet of GPU clusters.
 type Function struct {
 	fnv1.UnimplementedFunctionRunnerServiceServer
@@ -72,8 +77,14 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, rsp *f
 	f.logger().Debug("Running function", "xr", xr.Metadata.Namespace+"/"+xr.Metadata.Name, "tag", req.GetMeta().GetTag())
 	now := f.clock()
 	s.xr, s.now, s.maxAge = xr, now, settings.ObservationMaxAge
-	asked, err := fleet.Require(f.fleet, f.narrowing, fleet.Iteration{Deployment: xr, Carried: carried{req}, Now: now, MaxAge: settings.ObservationMaxAge})
+	askedWhole := req.GetContext().GetFields()[contextAskedWhole].GetBoolValue()
+	asked, err := fleet.Require(f.fleet, f.narrowing, fleet.Iteration{Deployment: xr, Carried: carried{req}, AskedWhole: askedWhole, Now: now, MaxAge: settings.ObservationMaxAge})
 	rsp.Requirements = requirements(asked.Selectors)
+	if asked.Whole() {
+		// The call's next iterations stay whole: Crossplane passes the
+		// context on to them, and not to the deployment's next call.
+		response.SetContextKey(rsp, contextAskedWhole, structpb.NewBoolValue(true))
+	}
 	if err != nil || !asked.Resolved {
 		// Not resolved yet: Crossplane calls again once it has fetched it.
 		return err

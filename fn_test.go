@@ -598,6 +598,13 @@ func narrowRequest(t *testing.T, req *fnv1.RunFunctionRequest, xr *v1alpha1.Mode
 	return out
 }
 
+// askedWhole is req with the context an iteration that asked for the whole
+// fleet passes on to the call's next ones.
+func askedWhole(req *fnv1.RunFunctionRequest) *fnv1.RunFunctionRequest {
+	req.Context = &structpb.Struct{Fields: map[string]*structpb.Value{contextAskedWhole: structpb.NewBoolValue(true)}}
+	return req
+}
+
 func TestNarrowHandshake(t *testing.T) {
 	at := now
 	xr := fx.Deployment("m").Engines(fx.Standalone("main", fx.GPURequest(1))).Obj()
@@ -648,10 +655,16 @@ func TestNarrowHandshake(t *testing.T) {
 			want: want{askedFor: []string{fleet.RequiredReplicas, fleet.RequiredClusters}},
 		},
 		"OnceFullStaysFull": {
-			reason: "An iteration that carries the whole fleet stays full, though every pool is usable now.",
+			reason: "An iteration whose context says an earlier one asked for the whole fleet stays full, though every pool is usable now.",
 			n:      narrowing("uid-m", at),
-			req:    carrying(fleet.RequiredReplicas),
+			req:    askedWhole(carrying(fleet.RequiredReplicas)),
 			want:   want{askedFor: []string{fleet.RequiredReplicas, fleet.RequiredClusters}, answered: true},
+		},
+		"SeededWholeFleetNarrows": {
+			reason: "Crossplane v2.4 seeds a call with the whole fleet its last call required, and keeps it in every iteration: carried without the context's mark, it does not keep the call full.",
+			n:      narrowing("uid-m", at),
+			req:    carrying(fleet.RequiredReplicas, fleet.RequiredOwnReplicas, fleet.RequiredUncountedReplicas),
+			want:   want{askedFor: []string{fleet.RequiredClusters, fleet.RequiredOwnReplicas, fleet.RequiredUncountedReplicas}, answered: true},
 		},
 		"NewServerReadsWhole": {
 			reason: "A server just started (or restarted) knows no labels: it reads the fleet whole.",
@@ -673,6 +686,12 @@ func TestNarrowHandshake(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := want{askedFor: askedFor(rsp), answered: answered(rsp)}
+			// An iteration that asks for the whole fleet marks the
+			// context it passes on; one that asks narrowly does not.
+			whole := slices.Contains(got.askedFor, fleet.RequiredReplicas)
+			if marked := rsp.GetContext().GetFields()[contextAskedWhole].GetBoolValue(); marked != whole {
+				t.Errorf("%s\nRunFunction(...): context %s is %t, want %t (it asks for %v)", tc.reason, contextAskedWhole, marked, whole, got.askedFor)
+			}
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
 				t.Errorf("%s\nRunFunction(...): -want, +got:\n%s", tc.reason, diff)
 			}
@@ -700,7 +719,8 @@ func TestNarrowLearnsFromWholeFleets(t *testing.T) {
 	f := &Function{log: logging.NewNopLogger(), now: func() time.Time { return at }, narrowing: fleet.NewNarrowing(fleet.DefaultFullEvery)}
 	call := func(replicas ...any) []string {
 		t.Helper()
-		rsp, err := f.RunFunction(context.Background(), request(t, xr, []any{cluster}, replicas))
+		// An iteration after one that asked for the whole fleet.
+		rsp, err := f.RunFunction(context.Background(), askedWhole(request(t, xr, []any{cluster}, replicas)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -879,7 +899,9 @@ func TestNarrowCallsAnswerAsFull(t *testing.T) {
 				t.Fatalf("request %d: a pool is not usable, yet the call answered narrowly", i)
 			}
 		}
+		// What a call asks for, and the context that says so, differ.
 		want.Requirements, got.Requirements = nil, nil
+		want.Context, got.Context = nil, nil
 		wb, _ := deterministic.Marshal(want)
 		gb, _ := deterministic.Marshal(got)
 		if !bytes.Equal(wb, gb) {
@@ -964,7 +986,9 @@ func TestNarrowStaleLabels(t *testing.T) {
 				continue
 			}
 			compared++
+			// What a call asks for, and the context that says so, differ.
 			want.Requirements, got.Requirements = nil, nil
+			want.Context, got.Context = nil, nil
 			wb, _ := deterministic.Marshal(want)
 			gb, _ := deterministic.Marshal(got)
 			if !bytes.Equal(wb, gb) {

@@ -11,7 +11,8 @@
 # hack/render.sh and e2e/ run both scripts. `xpkg build` and `xpkg push`
 # need the CLI only.
 #
-# Needs only Go and the Go module proxy. The first build takes a few minutes.
+# Needs only Go and the Go module proxy. The first build takes many minutes
+# (the README's "The first command's cost" measures it).
 #
 # A wrapper module of its own, not tools/go.mod: tools/go.mod pins
 # controller-tools, whose newer k8s.io modules would win minimal version
@@ -37,7 +38,7 @@ if [[ -x "${out}" && -f "${stamp}" && "$(cat "${stamp}")" == "${want}" ]]; then
   exit 0
 fi
 
-echo "Building bin/crossplane from ${module}@${version} (tools/crossplane-cli/go.mod); the first build takes a few minutes..." >&2
+echo "Building bin/crossplane from ${module}@${version} (tools/crossplane-cli/go.mod); the first build takes many minutes..." >&2
 started=${SECONDS}
 mkdir -p "${root}/bin"
 tmp="$(mktemp "${root}/bin/.crossplane.XXXXXX")"

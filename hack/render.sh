@@ -9,8 +9,8 @@
 #
 # It builds bin/function and, the first time, the crossplane CLI
 # (bin/crossplane, hack/build-crossplane.sh) and Crossplane core
-# (bin/control-plane/crossplane, hack/build-control-plane.sh), a few minutes
-# cold. Without Docker the CLI renders by running core's render engine, the
+# (bin/control-plane/crossplane, hack/build-control-plane.sh): many minutes
+# cold (the README's "The first command's cost"). Without Docker the CLI renders by running core's render engine, the
 # binary given as --crossplane-binary. It starts the function with --insecure
 # on a free loopback port, waits until the port accepts connections, renders
 # the fixture, and prints the rendered YAML on stdout. The function is stopped

@@ -54,6 +54,12 @@ type Carried interface {
 type Iteration struct {
 	Deployment *v1alpha1.ModelDeployment
 	Carried    Carried
+	// AskedWhole is whether an earlier iteration of the call asked for the
+	// whole fleet, as the context it passed on says. What an iteration
+	// carries does not say it: Crossplane v2.4 seeds a call's first
+	// iteration with what the deployment's last call required, and keeps
+	// those in every iteration of the call.
+	AskedWhole bool
 	Now        time.Time
 	MaxAge     time.Duration
 }
@@ -97,8 +103,7 @@ type Asked struct {
 func Require(r *Reader, n *Narrowing, it Iteration) (*Asked, error) {
 	items, carried := it.Carried.Items(RequiredClusters)
 	clusters, readErr := r.ReadClusters(items, it.Now, it.MaxAge)
-	_, wentFull := it.Carried.Items(RequiredReplicas)
-	ask := Ask{Deployment: it.Deployment.Metadata.UID, WentFull: wentFull || readErr != nil, Now: it.Now}
+	ask := Ask{Deployment: it.Deployment.Metadata.UID, WentFull: it.AskedWhole || readErr != nil, Now: it.Now}
 	if carried && clusters != nil {
 		ask.Carried, ask.Clusters = true, clusters.Clusters
 	}
@@ -147,6 +152,9 @@ func (a *Asked) require() error {
 	}
 	return nil
 }
+
+// Whole is whether the iteration asks for the whole fleet.
+func (a *Asked) Whole() bool { return !a.narrow }
 
 func (a *Asked) carries(name string) bool {
 	_, ok := a.it.Carried.Items(name)

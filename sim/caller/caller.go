@@ -76,12 +76,16 @@ func (c *Caller) Reconcile(d *v1alpha1.ModelDeployment, clusters []*v1alpha1.Inf
 	call := Call{Deployment: d.Metadata.Namespace + "/" + d.Metadata.Name}
 	var asked *fnv1.Requirements
 	var required map[string]*fnv1.Resources
+	// Crossplane passes each iteration's context on to the next: the
+	// function marks there that it asked for the whole fleet.
+	var pipelineContext *structpb.Struct
 	for call.Iterations < MaxIterations {
 		req := &fnv1.RunFunctionRequest{
 			Meta:              &fnv1.RequestMeta{Tag: strconv.Itoa(call.Iterations)},
 			Observed:          &fnv1.State{Composite: &fnv1.Resource{Resource: xr}, Resources: observed},
 			Input:             c.Input,
 			RequiredResources: required,
+			Context:           pipelineContext,
 		}
 		call.Iterations++
 		call.Bytes = proto.Size(req)
@@ -101,7 +105,7 @@ func (c *Caller) Reconcile(d *v1alpha1.ModelDeployment, clusters []*v1alpha1.Inf
 			c.Calls = append(c.Calls, call)
 			return desiredReplicas(rsp)
 		}
-		asked = rsp.GetRequirements()
+		asked, pipelineContext = rsp.GetRequirements(), rsp.GetContext()
 		required = map[string]*fnv1.Resources{}
 		for name, sel := range asked.GetResources() {
 			required[name] = fleet.selected(sel)

@@ -26,6 +26,10 @@ const (
 	functionName = "fleet-scheduler"
 	// crossplaneNamespace is where Crossplane runs, as its Helm chart installs it.
 	crossplaneNamespace = "crossplane-system"
+	// circuitBreakerBurst is Crossplane's XR circuit breaker burst, in
+	// tokens, as the live fleet (test/live/fleet) sets it: the default is
+	// 100, one an event, refilled at one a second.
+	circuitBreakerBurst = "1000"
 )
 
 // controlPlane is etcd, kube-apiserver, kube-controller-manager's garbage
@@ -220,6 +224,16 @@ func (cp *controlPlane) startCrossplane(t *testing.T, kubeconfig, clientCerts st
 		"--xpkg-cache-dir="+cache,
 		"--metrics-port="+metricsPort,
 		"--health-probe-port="+port(t),
+		// Crossplane v2.4 watches an XR's required resources too (on with
+		// realtime compositions, the default): every write to an
+		// InferenceCluster or to any ModelReplica of the fleet the
+		// function read reconciles the XR. The test's writes (the
+		// reports, the other teams' replicas labelled) spend the XR
+		// circuit breaker's default burst of 100 tokens within seconds;
+		// open, it drops the XR's own changes too for its 5-minute
+		// cooldown, but for a probe every 30 s. Raised as the live fleet
+		// raises it.
+		"--circuit-breaker-burst="+circuitBreakerBurst,
 	)
 	p.Running(t)
 	cp.crossplane = p

@@ -109,8 +109,10 @@ func TestModelDeploymentOnALiveControlPlane(t *testing.T) {
 			}
 			return nil
 		})
-		// Nothing the XR watches changed: Crossplane calls the function
-		// again when the TTL it last returned runs out.
+		// Crossplane v2.4 watches the InferenceClusters the function
+		// required, so the reports written reconcile the XR at once; at
+		// the latest (v2.3 watched only what the XR composes) Crossplane
+		// calls the function again when the TTL it last returned runs out.
 		// The placement labels are back too: Crossplane updates the
 		// replicas composed without them.
 		cp.waitReplicas(t, defaultTTL+ttlJitter+margin,
