@@ -92,6 +92,13 @@ func TestModelDeploymentOnALiveControlPlane(t *testing.T) {
 	}
 	if !t.Run("the project's extended XRD keeps the reports, so free devices place the fourth; nothing is re-created", func(t *testing.T) {
 		before := uids(cp.replicasOf(t, namespace, deployment))
+		// Crossplane v2.4 watches the InferenceClusters the function
+		// required: it would call the function at the first report the
+		// API server keeps, while the others are still pruned, and the
+		// fourth replica would be placed on part of the reports. Paused
+		// until every report reads back, the XR is then reconciled once,
+		// on all of them.
+		cp.setPaused(t, true)
 		cp.installXRDs(t, filepath.Join(cp.root, "deploy", "inferenceclusters.yaml"))
 		cp.waitSchemaHas(t, "inferenceclusters.modelplane.ai", "observedAt")
 		// The API server serves a changed CRD's new schema a moment after
@@ -109,12 +116,11 @@ func TestModelDeploymentOnALiveControlPlane(t *testing.T) {
 			}
 			return nil
 		})
-		// Crossplane v2.4 watches the InferenceClusters the function
-		// required, so the reports written reconcile the XR at once; at
-		// the latest (v2.3 watched only what the XR composes) Crossplane
-		// calls the function again when the TTL it last returned runs out.
-		// The placement labels are back too: Crossplane updates the
-		// replicas composed without them.
+		// Unpaused, the XR is reconciled at once: the annotation's removal
+		// is a change of the XR, which Crossplane watches. The placement
+		// labels are back too: Crossplane updates the replicas composed
+		// without them.
+		cp.setPaused(t, false)
 		cp.waitReplicas(t, defaultTTL+ttlJitter+margin,
 			placed("eks-us-east", 0), placed("eks-us-east", 1), placed("gke-us-central", 0), placed("gke-us-central", 1))
 		cp.waitXR(t, converge, xrWant{
@@ -272,6 +278,32 @@ func (cp *controlPlane) setReady(t *testing.T, name string) {
 		"type": "Ready", "status": "True", "reason": "Available",
 		"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
 	}}})
+}
+
+// setPaused pauses the XR with Crossplane's pause annotation, and waits
+// until Crossplane says so (its Synced condition's reason
+// ReconcilePaused), or resumes it.
+func (cp *controlPlane) setPaused(t *testing.T, paused bool) {
+	t.Helper()
+	value := "null"
+	if paused {
+		value = `"true"`
+	}
+	xr := harness.Object(apiVersion, "ModelDeployment", namespace, deployment)
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{"crossplane.io/paused":%s}}}`, value)
+	if err := cp.kube.Patch(t.Context(), xr, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatalf("cannot set ModelDeployment %s/%s paused to %t: %v", namespace, deployment, paused, err)
+	}
+	if !paused {
+		return
+	}
+	eventually(t, converge, "ModelDeployment "+namespace+"/"+deployment+" paused", func() error {
+		x := cp.xr(t)
+		if reason, _ := harness.Condition(x, "Synced")["reason"].(string); reason != "ReconcilePaused" {
+			return fmt.Errorf("its Synced condition's reason is %q", reason)
+		}
+		return nil
+	})
 }
 
 func (cp *controlPlane) xr(t *testing.T) *unstructured.Unstructured {
