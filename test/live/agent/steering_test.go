@@ -449,10 +449,10 @@ func TestSteeringPolicy(t *testing.T) {
 			"get its own Pod": errOf(kube.CoreV1().Pods(agentNS).Get(ctx, "agent-3", metav1.GetOptions{})),
 			"patch a Pod in default": errOf(kube.CoreV1().Pods("default").Patch(ctx, p.Name, types.MergePatchType,
 				fmt.Appendf(nil, `{"metadata":{"annotations":{%q:""}}}`, agentv1alpha1.AnnotationSteeredTo), metav1.PatchOptions{})),
-			"get the policy": errOf(kube.AdmissionregistrationV1().MutatingAdmissionPolicies().Get(ctx, agentv1alpha1.SteeringPolicy, metav1.GetOptions{})),
-			"list policies":  errOf(kube.AdmissionregistrationV1().MutatingAdmissionPolicies().List(ctx, metav1.ListOptions{})),
+			"get the policy":           errOf(kube.AdmissionregistrationV1().MutatingAdmissionPolicies().Get(ctx, agentv1alpha1.SteeringPolicy, metav1.GetOptions{})),
+			"list policies":            errOf(kube.AdmissionregistrationV1().MutatingAdmissionPolicies().List(ctx, metav1.ListOptions{})),
 			"get the policy's binding": errOf(kube.AdmissionregistrationV1().MutatingAdmissionPolicyBindings().Get(ctx, agentv1alpha1.SteeringPolicy, metav1.GetOptions{})),
-			"list bindings": errOf(kube.AdmissionregistrationV1().MutatingAdmissionPolicyBindings().List(ctx, metav1.ListOptions{})),
+			"list bindings":            errOf(kube.AdmissionregistrationV1().MutatingAdmissionPolicyBindings().List(ctx, metav1.ListOptions{})),
 			"watch policies": func() error {
 				w, err := kube.AdmissionregistrationV1().MutatingAdmissionPolicies().Watch(ctx, metav1.ListOptions{})
 				if err == nil {
