@@ -34,6 +34,10 @@ const ungatePatch = `{"spec":{"schedulingGates":[{"$patch":"delete","name":"agen
 // every held pod when no agent returns, word for word.
 const ungateCommand = `kubectl get pods --all-namespaces -o go-template='{{range .items}}{{$p := .}}{{range .spec.schedulingGates}}{{if eq .name "agent.modelplane.ai/steering"}}{{$p.metadata.namespace}} {{$p.metadata.name}}{{"\n"}}{{end}}{{end}}{{end}}' | while read -r ns name; do kubectl patch pod -n "$ns" "$name" -p '` + ungatePatch + `'; done`
 
+// uninstallCommand is docs/operations.md#steering's first step of an
+// uninstall: the policy's binding and the policy, before the agent.
+const uninstallCommand = `kubectl delete mutatingadmissionpolicybinding,mutatingadmissionpolicy modelplane-cluster-agent-steering`
+
 // steeringEnv is a control plane with the agent installed with its
 // steering component, and no agent running: the test makes the agent's
 // Pods (the policy's params) by hand.
@@ -135,11 +139,14 @@ func (e *steeringEnv) expect(t *testing.T, what string, want bool, p *corev1.Pod
 
 // becomes waits until a new pod of opts is held (want) or not, as the
 // API server's informers of the policy and its params catch up with a
-// change; then three more in a row must be the same. It deletes the pods
-// and returns how long it waited.
+// change; then three more in a row must be the same. It deletes the pods,
+// logs how long it waited and how many pods it took, and returns how long
+// it waited.
 func (e *steeringEnv) becomes(t *testing.T, what string, want bool, opts ...podOption) time.Duration {
 	t.Helper()
+	tries := 0
 	took := eventually(t, time.Minute, what, func() error {
+		tries++
 		p, err := e.cp.kube.CoreV1().Pods(v1alpha1.WorkloadNamespace).Create(t.Context(), replicaPod(opts...), metav1.CreateOptions{})
 		if err != nil {
 			return err
@@ -153,7 +160,15 @@ func (e *steeringEnv) becomes(t *testing.T, what string, want bool, opts ...podO
 	for range 3 {
 		e.deletePod(t, e.expect(t, what+", and after", want, replicaPod(opts...)))
 	}
+	t.Logf("%s: %s after the change, at the %s pod created", what, took.Round(time.Millisecond), ordinal(tries))
 	return took
+}
+
+func ordinal(n int) string {
+	if n == 1 {
+		return "first"
+	}
+	return fmt.Sprintf("%dth", n)
 }
 
 func (e *steeringEnv) deletePod(t *testing.T, p *corev1.Pod) {
@@ -323,7 +338,7 @@ func TestSteeringPolicy(t *testing.T) {
 
 	t.Run("a Ready agent Pod annotated with the pool holds the pool's claiming pods at once", func(t *testing.T) {
 		e.agentPod(t, "agent-0", true, "l4")
-		took := e.becomes(t, "a claiming pod of l4 held", true)
+		took := e.becomes(t, "the first agent Pod Ready and annotated: a claiming pod of l4 held", true)
 		t.Logf("in force %s after the policy was applied (%s after the agent's Pod was Ready and annotated)", time.Since(installed).Round(time.Millisecond), took.Round(time.Millisecond))
 		e.expect(t, "a pod of a LeaderWorkerSet", true, replicaPod(labelled(map[string]string{v1alpha1.LabelLWSName: "qwen-1", v1alpha1.LabelLWSRole: "worker"})))
 		p := e.expect(t, "a pod with a gate of another's", true, replicaPod(gatedBy("example.com/other")))
@@ -354,8 +369,7 @@ func TestSteeringPolicy(t *testing.T) {
 	t.Run("two Ready annotated agent Pods hold a pod once, without error", func(t *testing.T) {
 		e.agentPod(t, "agent-1", true, "l4,h100")
 		// agent-0 steers l4 only: an h100 pod held is agent-1's param seen.
-		took := e.becomes(t, "a claiming pod of h100 held", true, inPool("h100"))
-		t.Logf("the second agent Pod in force %s after it was annotated", took.Round(time.Millisecond))
+		e.becomes(t, "the second agent Pod annotated: a claiming pod of h100 held", true, inPool("h100"))
 		released = e.expect(t, "a claiming pod of l4, both agent Pods' pool", true, replicaPod())
 	})
 
@@ -404,35 +418,30 @@ func TestSteeringPolicy(t *testing.T) {
 	t.Run("an agent Pod annotated with another pool does not hold", func(t *testing.T) {
 		e.deleteAgentPod(t, "agent-1")
 		e.annotate(t, "agent-0", "h100")
-		took := e.becomes(t, "a claiming pod of l4 not held", false)
-		t.Logf("%s after the annotation changed", took.Round(time.Millisecond))
+		e.becomes(t, "the agent's Pod annotated with h100 only: a claiming pod of l4 not held", false)
 		e.expect(t, "a claiming pod of h100, the pool it names now", true, replicaPod(inPool("h100")))
 		e.annotate(t, "agent-0", "l4")
-		e.becomes(t, "a claiming pod of l4 held again", true)
+		e.becomes(t, "the agent's Pod annotated with l4 again: a claiming pod of l4 held", true)
 	})
 
 	t.Run("an agent Pod not Ready does not hold", func(t *testing.T) {
 		e.setReady(t, "agent-0", false)
-		took := e.becomes(t, "a claiming pod of l4 not held", false)
-		t.Logf("%s after the agent's Pod turned unready", took.Round(time.Millisecond))
+		e.becomes(t, "the agent's Pod unready: a claiming pod of l4 not held", false)
 		e.setReady(t, "agent-0", true)
-		took = e.becomes(t, "a claiming pod of l4 held again", true)
-		t.Logf("held again %s after the agent's Pod turned Ready", took.Round(time.Millisecond))
+		e.becomes(t, "the agent's Pod Ready again: a claiming pod of l4 held", true)
 	})
 
 	t.Run("no agent Pod: nothing is held", func(t *testing.T) {
 		e.deleteAgentPod(t, "agent-0")
-		took := e.becomes(t, "a claiming pod of l4 not held", false)
-		t.Logf("%s after the agent's only Pod was deleted", took.Round(time.Millisecond))
+		e.becomes(t, "the agent's only Pod deleted: a claiming pod of l4 not held", false)
 	})
 
 	t.Run("an agent Pod being deleted does not hold", func(t *testing.T) {
 		const finalizer = "example.com/keep"
 		e.agentPod(t, "agent-2", true, "l4", finalizer)
-		e.becomes(t, "a claiming pod of l4 held", true)
+		e.becomes(t, "a new agent Pod with a finalizer, Ready and annotated: a claiming pod of l4 held", true)
 		e.deleteAgentPod(t, "agent-2")
-		took := e.becomes(t, "a claiming pod of l4 not held", false)
-		t.Logf("%s after the agent's Pod was marked for deletion, still Ready", took.Round(time.Millisecond))
+		e.becomes(t, "the agent's Pod marked for deletion, still Ready: a claiming pod of l4 not held", false)
 		if _, err := cp.kube.CoreV1().Pods(agentNS).Patch(t.Context(), "agent-2", types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -440,7 +449,7 @@ func TestSteeringPolicy(t *testing.T) {
 
 	t.Run("its ServiceAccount may steer pods in default, and nothing more", func(t *testing.T) {
 		e.agentPod(t, "agent-3", true, "l4")
-		e.becomes(t, "a claiming pod of l4 held", true)
+		e.becomes(t, "a new agent Pod Ready and annotated: a claiming pod of l4 held", true)
 		ctx := t.Context()
 		kube := e.agent
 		p := e.expect(t, "a claiming pod of l4", true, replicaPod())
@@ -516,26 +525,33 @@ func TestSteeringPolicy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(string(docs), ungateCommand) {
-			t.Errorf("docs/operations.md does not give the command this test runs:\n%s", ungateCommand)
+		for _, c := range []string{ungateCommand, uninstallCommand} {
+			if !strings.Contains(string(docs), c) {
+				t.Errorf("docs/operations.md does not give the command this test runs:\n%s", c)
+			}
 		}
-		a := e.expect(t, "a claiming pod of l4", true, replicaPod())
+		e.expect(t, "a claiming pod of l4", true, replicaPod())
 		b := e.expect(t, "a claiming pod of l4 with another's gate", true, replicaPod(gatedBy("example.com/other")))
 		free := e.expect(t, "a claimless pod", false, replicaPod(claimless()))
 		// No agent returns.
 		e.deleteAgentPod(t, "agent-3")
 		if kubectl, err := exec.LookPath("kubectl"); err == nil {
-			kubeconfig := cp.kubeconfig(t, "on-call", "https://"+cp.addr, cp.adminToken)
-			out, err := testenv.Run(t.Context(), cp.logs, []string{"KUBECONFIG=" + kubeconfig}, "sh", "-c", ungateCommand)
+			out, err := e.onCall(t, ungateCommand)
 			if err != nil {
 				t.Fatalf("the command: %v\n%s", err, out)
 			}
 			t.Logf("ran the command with %s:\n%s", kubectl, out)
 		} else {
-			t.Logf("no kubectl on PATH: the command's patch, through the client, to the pods the test holds")
-			for _, p := range []*corev1.Pod{a, b} {
-				if _, err := cp.kube.CoreV1().Pods(p.Namespace).Patch(t.Context(), p.Name, types.StrategicMergePatchType, []byte(ungatePatch), metav1.PatchOptions{}); err != nil {
-					t.Fatal(err)
+			t.Logf("no kubectl on PATH: the command's patch, through the client, to each pod it would select")
+			all, err := cp.kube.CoreV1().Pods("").List(t.Context(), metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range all.Items {
+				if p := &all.Items[i]; held(t, p) {
+					if _, err := cp.kube.CoreV1().Pods(p.Namespace).Patch(t.Context(), p.Name, types.StrategicMergePatchType, []byte(ungatePatch), metav1.PatchOptions{}); err != nil {
+						t.Fatal(err)
+					}
 				}
 			}
 		}
@@ -565,21 +581,51 @@ func TestSteeringPolicy(t *testing.T) {
 		ctx := t.Context()
 		admission := cp.kube.AdmissionregistrationV1()
 		e.agentPod(t, "agent-4", true, "l4")
-		e.becomes(t, "a claiming pod of l4 held", true)
+		e.becomes(t, "a new agent Pod Ready and annotated: a claiming pod of l4 held", true)
 		if err := admission.MutatingAdmissionPolicyBindings().Delete(ctx, agentv1alpha1.SteeringPolicy, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		took := e.becomes(t, "a claiming pod of l4 not held", false)
-		t.Logf("%s after the binding was deleted", took.Round(time.Millisecond))
+		e.becomes(t, "the binding deleted: a claiming pod of l4 not held", false)
 		cp.installFrom(t, overlay)
-		took = e.becomes(t, "a claiming pod of l4 held", true)
-		t.Logf("held again %s after the binding was applied again", took.Round(time.Millisecond))
+		e.becomes(t, "the binding applied again: a claiming pod of l4 held", true)
 		if err := admission.MutatingAdmissionPolicies().Delete(ctx, agentv1alpha1.SteeringPolicy, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		took = e.becomes(t, "a claiming pod of l4 not held", false)
-		t.Logf("%s after the policy was deleted", took.Round(time.Millisecond))
+		e.becomes(t, "the policy deleted: a claiming pod of l4 not held", false)
+
+		cp.installFrom(t, overlay)
+		e.becomes(t, "the overlay applied again: a claiming pod of l4 held", true)
+		if _, err := exec.LookPath("kubectl"); err == nil {
+			out, err := e.onCall(t, uninstallCommand)
+			if err != nil {
+				t.Fatalf("the uninstall's first step: %v\n%s", err, out)
+			}
+			t.Logf("ran the uninstall's first step:\n%s", out)
+		} else {
+			t.Logf("no kubectl on PATH: the uninstall's deletes through the client")
+			if err := admission.MutatingAdmissionPolicyBindings().Delete(ctx, agentv1alpha1.SteeringPolicy, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := admission.MutatingAdmissionPolicies().Delete(ctx, agentv1alpha1.SteeringPolicy, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := admission.MutatingAdmissionPolicyBindings().Get(ctx, agentv1alpha1.SteeringPolicy, metav1.GetOptions{}); !kerrors.IsNotFound(err) {
+			t.Errorf("the binding after the uninstall's first step: want NotFound, got %v", err)
+		}
+		if _, err := admission.MutatingAdmissionPolicies().Get(ctx, agentv1alpha1.SteeringPolicy, metav1.GetOptions{}); !kerrors.IsNotFound(err) {
+			t.Errorf("the policy after the uninstall's first step: want NotFound, got %v", err)
+		}
+		e.becomes(t, "the uninstall's first step: a claiming pod of l4 not held", false)
 	})
+}
+
+// onCall runs a shell command of docs/operations.md, with kubectl as an
+// admin of the control plane.
+func (e *steeringEnv) onCall(t *testing.T, command string) (string, error) {
+	t.Helper()
+	kubeconfig := e.cp.kubeconfig(t, "on-call", "https://"+e.cp.addr, e.cp.adminToken)
+	return testenv.Run(t.Context(), e.cp.logs, []string{"KUBECONFIG=" + kubeconfig}, "sh", "-c", command)
 }
 
 // errOf is the error of a call's two results.
