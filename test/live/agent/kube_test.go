@@ -128,6 +128,12 @@ func (cp *controlPlane) applyObject(t *testing.T, mapper *restmapper.DeferredDis
 // names: the agent is run with them.
 func deploymentArgs(t *testing.T, objs []*unstructured.Unstructured) []string {
 	t.Helper()
+	return deployment(t, objs).Spec.Template.Spec.Containers[0].Args
+}
+
+// deployment is the agent's Deployment of the rendered objects.
+func deployment(t *testing.T, objs []*unstructured.Unstructured) *appsv1.Deployment {
+	t.Helper()
 	for _, u := range objs {
 		if u.GetKind() != "Deployment" {
 			continue
@@ -136,9 +142,9 @@ func deploymentArgs(t *testing.T, objs []*unstructured.Unstructured) []string {
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, d); err != nil {
 			t.Fatal(err)
 		}
-		return d.Spec.Template.Spec.Containers[0].Args
+		return d
 	}
-	t.Fatal("deploy/cluster-agent/ has no Deployment")
+	t.Fatal("the agent's manifests have no Deployment")
 	return nil
 }
 

@@ -12,12 +12,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
@@ -304,20 +302,7 @@ func TestSteeringPolicy(t *testing.T) {
 
 	cp.installFrom(t, overlay)
 	installed := time.Now()
-	e := &steeringEnv{cp: cp}
-	for _, u := range objs {
-		if u.GetKind() != "Deployment" {
-			continue
-		}
-		d := &appsv1.Deployment{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, d); err != nil {
-			t.Fatal(err)
-		}
-		e.template = d.Spec.Template
-	}
-	if e.template.Labels == nil {
-		t.Fatal("the overlay has no Deployment")
-	}
+	e := &steeringEnv{cp: cp, template: deployment(t, objs).Spec.Template}
 	env := map[string]string{}
 	for _, v := range e.template.Spec.Containers[0].Env {
 		if v.ValueFrom != nil && v.ValueFrom.FieldRef != nil {
