@@ -100,7 +100,7 @@ const (
 )
 
 // What steering puts on Pods and on the admission policy that holds them.
-// The shipped MutatingAdmissionPolicy (deploy/cluster-agent/steering.yaml)
+// The shipped MutatingAdmissionPolicy (deploy/cluster-agent/steering/policy.yaml)
 // and the agent use these names.
 const (
 	// SchedulingGate is the scheduling gate the admission policy adds to a
