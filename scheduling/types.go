@@ -97,6 +97,12 @@ type PoolObservation struct {
 
 	// Buckets group the pool's schedulable nodes by their free devices.
 	Buckets []Bucket
+
+	// Steered is whether the report says binding Steered: the agent binds
+	// each claiming pod of the pool where best fit puts it, so the pool is
+	// accounted as LeastFree whatever Options.Binding says
+	// (docs/spec.md#assumed-binding).
+	Steered bool
 }
 
 // Bucket is a number of nodes with exactly the same free devices.
