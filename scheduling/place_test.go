@@ -125,8 +125,8 @@ func TestScheduleFreeDevices(t *testing.T) {
 				fx.Replica("other", "a", 0).Engines(fx.PinnedStandalone("main", "h100", stamped(4))).Obj()), MostFree),
 			want: want{shortfall: cannotHost(capacity("a", "big", roomFor("h100", 1, []DeviceCount{{Name: "gpu", Count: 8}}, 0)))},
 		},
-		"SteeredOnAStaleReportIsWholeNode": {
-			reason:   "Steered belongs to a usable report: a pool without one is accounted by whole nodes, one replica per node.",
+		"SteeredWithoutAReportIsWholeNode": {
+			reason:   "Steered belongs to a usable report: a pool with none is accounted by whole nodes, one replica per node.",
 			snapshot: snapshot(oneGPU().Replicas(8).Obj(), cluster(l4(2).Steered().Obj())),
 			want: want{
 				placed:    fourNodesOf(2),
