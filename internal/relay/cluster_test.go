@@ -288,6 +288,98 @@ gpuPools:
 				condition: Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonPoolsNotReported, Message: "no report from the cluster agent for h100"},
 			},
 		},
+		"SteeredRelayed": {
+			reason: "a report that says binding Steered is relayed with it",
+			in: func(t *testing.T) ClusterInput {
+				t.Helper()
+				c := with(open(t), KeyPool("l4"), observedPool(t, l4Report+"binding: Steered\n"))
+				c = with(c, KeyPool("h100"), observedPool(t, `{observedNodes: 0, observedAt: "2026-10-20T20:06:00Z", nodesByFreeDevices: []}`))
+				return ClusterInput{DesiredStatus: y(t, clusterStatus), Composed: c}
+			},
+			want: want{
+				status: `
+providerConfigRef: {name: eks-cluster-kubeconfig-1a2b3}
+namespace: modelplane-system
+gateway: {address: gw.example.com}
+gpuPools:
+- name: l4
+  nodes: 4
+  devices: [{name: gpu, driver: gpu.nvidia.com, deviceClassName: gpu.nvidia.com, count: 4, attributes: {productName: {string: NVIDIA L4}}}]
+  observedNodes: 3
+  observedAt: "2026-10-20T20:06:00Z"
+  nodesByFreeDevices: [{nodes: 2, free: [{name: gpu, count: 4}]}, {nodes: 1, free: [{name: gpu, count: 1}]}]
+  binding: Steered
+- name: h100
+  nodes: 2
+  devices: [{name: gpu, driver: gpu.nvidia.com, deviceClassName: gpu.nvidia.com, count: 8}]
+  observedNodes: 0
+  observedAt: "2026-10-20T20:06:00Z"
+  nodesByFreeDevices: []
+`,
+				resources: func(t *testing.T) map[string]map[string]any {
+					t.Helper()
+					return withPools(t, "l4", "h100")
+				},
+				condition: Condition{Type: ConditionPoolsObserved, Status: "True", Reason: ReasonAllPoolsReported},
+			},
+		},
+		"SteeredClearedWithTheAgent": {
+			reason: "a Steered in the earlier steps' entry never outlives the agent's saying so: with a report that no longer says it (l4), with a binding the schema refuses (h100), it is removed",
+			in: func(t *testing.T) ClusterInput {
+				t.Helper()
+				st := y(t, clusterStatus)
+				for _, p := range st["gpuPools"].([]any) {
+					p.(map[string]any)["binding"] = "Steered"
+				}
+				c := with(open(t), KeyPool("l4"), observedPool(t, l4Report))
+				c = with(c, KeyPool("h100"), observedPool(t, `{observedNodes: 0, observedAt: "2026-10-20T20:06:00Z", nodesByFreeDevices: [], binding: Guessed}`))
+				return ClusterInput{DesiredStatus: st, Composed: c}
+			},
+			want: want{
+				status: `
+providerConfigRef: {name: eks-cluster-kubeconfig-1a2b3}
+namespace: modelplane-system
+gateway: {address: gw.example.com}
+gpuPools:
+- name: l4
+  nodes: 4
+  devices: [{name: gpu, driver: gpu.nvidia.com, deviceClassName: gpu.nvidia.com, count: 4, attributes: {productName: {string: NVIDIA L4}}}]
+  observedNodes: 3
+  observedAt: "2026-10-20T20:06:00Z"
+  nodesByFreeDevices: [{nodes: 2, free: [{name: gpu, count: 4}]}, {nodes: 1, free: [{name: gpu, count: 1}]}]
+- name: h100
+  nodes: 2
+  devices: [{name: gpu, driver: gpu.nvidia.com, deviceClassName: gpu.nvidia.com, count: 8}]
+  observedNodes: 0
+  observedAt: "2026-10-20T20:06:00Z"
+  nodesByFreeDevices: []
+`,
+				resources: func(t *testing.T) map[string]map[string]any {
+					t.Helper()
+					return withPools(t, "l4", "h100")
+				},
+				condition: Condition{Type: ConditionPoolsObserved, Status: "True", Reason: ReasonAllPoolsReported},
+			},
+		},
+		"SteeredClearedWithoutAReport": {
+			reason: "a Steered without a report to go with it is removed: a binding alone (l4) or a report that is not relayed (h100)",
+			in: func(t *testing.T) ClusterInput {
+				t.Helper()
+				st := y(t, clusterStatus)
+				for _, p := range st["gpuPools"].([]any) {
+					p.(map[string]any)["binding"] = "Steered"
+				}
+				c := with(open(t), KeyPool("l4"), observedPool(t, `{binding: Steered}`))
+				c = with(c, KeyPool("h100"), observedPool(t, `{observedAt: "2026-10-20T20:06:00Z", binding: Steered}`))
+				return ClusterInput{DesiredStatus: st, Composed: c}
+			},
+			want: want{
+				status:    clusterStatus,
+				resources: func(t *testing.T) map[string]map[string]any { t.Helper(); return withPools(t, "l4", "h100") },
+				condition: Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonPoolsNotReported, Message: "no report from the cluster agent for h100, l4"},
+				warnings:  []string{"pool h100: the PoolObservation's report is not relayed: it has only some of observedNodes, observedAt and nodesByFreeDevices"},
+			},
+		},
 		"ObjectsKeptWhenTheGateCloses": {
 			reason: "a PoolObservation once composed stays composed: deleting and re-creating would flap",
 			in: func(t *testing.T) ClusterInput {
