@@ -131,7 +131,8 @@ func parseIndex(s string) int {
 // buildLedger starts every pool of every candidate cluster from its capacity
 // (free-device when its report is usable, whole-node otherwise) and charges
 // the replicas that hold it: every other deployment's, and the ones of this
-// deployment that are kept. Dropped and scaled-down replicas of this
+// deployment that are kept, in the pass's replica order, the first step of
+// docs/spec.md#charge-order. Dropped and scaled-down replicas of this
 // deployment are freeing their nodes and are not charged.
 func (s *pass) buildLedger(kept map[identity]bool) {
 	s.ledger = map[string][]*poolLedger{}
