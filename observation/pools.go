@@ -1,9 +1,9 @@
 // Package observation reads what the cluster agent reports: each pool's
 // observedNodes, observedAt, nodesByFreeDevices and binding on an
-// InferenceCluster,
-// and each ModelReplica's PodsScheduled condition. It is the one place that
-// knows these status field paths. A report it cannot use becomes a finding
-// that names the object and the field, never a panic or an error.
+// InferenceCluster, and each ModelReplica's PodsScheduled condition. It is
+// the one place that knows these status field paths. A report it cannot
+// use becomes a finding that names the object and the field, never a
+// panic or an error.
 package observation
 
 import (
