@@ -87,24 +87,38 @@ func TestBoundsMatchSchemas(t *testing.T) {
 		"free.name.maxLength":         {path: append(append([]string{}, free...), "name", "maxLength"), want: MaxNameLength},
 		"free.count.maximum":          {path: append(append([]string{}, free...), "count", "maximum"), want: MaxCount},
 	}
-	for _, file := range []string{
-		"../deploy/inferenceclusters.yaml",
-		"../deploy/cluster-agent/crds/poolobservations.agent.modelplane.ai.yaml",
-	} {
+	eachReportSchema(t, func(where string, s map[string]any) {
+		for name, b := range bounds {
+			got := at(s, b.path...)
+			if got == nil && b.optional {
+				continue
+			}
+			if diff := cmp.Diff(b.want, got); diff != "" {
+				t.Errorf("%s, %s: -want (poolreport's bound), +got (the schema's):\n%s", where, name, diff)
+			}
+		}
+	})
+}
+
+// The schemas a report is written into: the InferenceCluster's, which the
+// relay copies it into, and the PoolObservation's, which the agent
+// publishes it in.
+const (
+	inferenceClusterXRD = "../deploy/inferenceclusters.yaml"
+	poolObservationCRD  = "../deploy/cluster-agent/crds/poolobservations.agent.modelplane.ai.yaml"
+)
+
+// eachReportSchema calls f with every schema of a pool's report in both
+// files, and where it is.
+func eachReportSchema(t *testing.T, f func(where string, s map[string]any)) {
+	t.Helper()
+	for _, file := range []string{inferenceClusterXRD, poolObservationCRD} {
 		schemas := reportSchemas(t, file)
 		if len(schemas) == 0 {
 			t.Fatalf("%s: no schema of a pool's report (properties with nodesByFreeDevices)", file)
 		}
 		for i, s := range schemas {
-			for name, b := range bounds {
-				got := at(s, b.path...)
-				if got == nil && b.optional {
-					continue
-				}
-				if diff := cmp.Diff(b.want, got); diff != "" {
-					t.Errorf("%s, report schema %d, %s: -want (poolreport's bound), +got (the schema's):\n%s", file, i, name, diff)
-				}
-			}
+			f(fmt.Sprintf("%s, report schema %d", file, i), s)
 		}
 	}
 }
@@ -115,20 +129,11 @@ func TestBoundsMatchSchemas(t *testing.T) {
 // An enum the schema lacks would let an API server store a value no binary
 // knows; a value it lacks would fail the agent's or the relay's write.
 func TestEnumsMatchSchemas(t *testing.T) {
-	for _, file := range []string{
-		"../deploy/inferenceclusters.yaml",
-		"../deploy/cluster-agent/crds/poolobservations.agent.modelplane.ai.yaml",
-	} {
-		schemas := reportSchemas(t, file)
-		if len(schemas) == 0 {
-			t.Fatalf("%s: no schema of a pool's report (properties with nodesByFreeDevices)", file)
-		}
-		for i, s := range schemas {
-			checkEnum(t, fmt.Sprintf("%s, report schema %d", file, i), s, []string{agentv1alpha1.FieldBinding}, []any{agentv1alpha1.BindingSteered}, nil)
-		}
-	}
+	eachReportSchema(t, func(where string, s map[string]any) {
+		checkEnum(t, where, s, []string{agentv1alpha1.FieldBinding}, []any{agentv1alpha1.BindingSteered}, nil)
+	})
 
-	const crd = "../deploy/cluster-agent/crds/poolobservations.agent.modelplane.ai.yaml"
+	const crd = poolObservationCRD
 	b, err := os.ReadFile(crd)
 	if err != nil {
 		t.Fatalf("cannot read %s: %v", crd, err)

@@ -34,18 +34,11 @@ func FuzzRelayCluster(f *testing.F) {
 		}
 		o := map[string]any{"status": map[string]any{"atProvider": map[string]any{"manifest": map[string]any{"status": v}}}}
 		// The earlier steps' entries carry a Steered from before.
-		steeredBefore := func() map[string]any {
-			st := y(t, clusterStatus)
-			for _, p := range st["gpuPools"].([]any) {
-				p.(map[string]any)[agentv1alpha1.FieldBinding] = agentv1alpha1.BindingSteered
-			}
-			return st
-		}
-		in := ClusterInput{DesiredStatus: steeredBefore(), Composed: map[string]map[string]any{
+		in := ClusterInput{DesiredStatus: steeredBefore(t), Composed: map[string]map[string]any{
 			KeyCRDPoolObservations: crd(t, "True"), KeyCRDReplicaObservations: crd(t, "True"), KeyPool("l4"): o,
 		}}
 		out := Cluster(in)
-		before := steeredBefore()["gpuPools"].([]any)
+		before := steeredBefore(t)["gpuPools"].([]any)
 		after := out.Status["gpuPools"].([]any)
 		statusOf, _ := v.(map[string]any)
 		for i := range before {
