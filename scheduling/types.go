@@ -97,6 +97,12 @@ type PoolObservation struct {
 
 	// Buckets group the pool's schedulable nodes by their free devices.
 	Buckets []Bucket
+
+	// Steered is whether the report says binding Steered: the agent binds
+	// each claiming pod of the pool where best fit puts it, so the pool is
+	// accounted as LeastFree whatever Options.Binding says
+	// (docs/spec.md#assumed-binding).
+	Steered bool
 }
 
 // Bucket is a number of nodes with exactly the same free devices.
@@ -269,10 +275,11 @@ const (
 // taken ones none.
 type PoolCapacity struct {
 	Pool PoolRef
-	// WholeNode is whether the pool was accounted in whole nodes, and
-	// Saturated whether pods charged to it did not fit, so that it took
-	// nothing new.
-	WholeNode, Saturated bool
+	// WholeNode is whether the pool was accounted in whole nodes, Steered
+	// whether by free devices with best fit because its report says the
+	// agent steers it, and Saturated whether pods charged to it did not
+	// fit, so that it took nothing new.
+	WholeNode, Steered, Saturated bool
 	// Devices are the pool's device names, in its order; Largest and a
 	// group's Free count each.
 	Devices []string

@@ -71,9 +71,10 @@ type ClusterOutput struct {
 // their reports into its status.gpuPools (docs/spec.md#the-relay). The
 // PoolObservations are composed once both the agent's CRDs are served in
 // the workload cluster, and kept from then on. Of each pool's entry only
-// observedNodes, observedAt and nodesByFreeDevices are set, and to the
-// report's or to none, so that a pool the agent does not report reads as
-// unobserved; every other field stays as the earlier steps wrote it.
+// observedNodes, observedAt, nodesByFreeDevices and binding are set, and to
+// the report's or to none, so that a pool the agent does not report reads
+// as unobserved, and one it no longer steers as not steered; every other
+// field stays as the earlier steps wrote it.
 func Cluster(in ClusterInput) ClusterOutput {
 	out := ClusterOutput{Resources: map[string]map[string]any{}}
 	status := in.DesiredStatus
@@ -126,9 +127,13 @@ func Cluster(in ClusterInput) ClusterOutput {
 		}
 		entry = copyMap(entry)
 		pools[i] = entry
+		// The report's fields are the relay's alone, binding with them: each
+		// is set from the PoolObservation or removed, so that nothing the
+		// agent no longer says (a Steered above all) outlives its report.
 		for _, f := range agentv1alpha1.ReportFields {
 			delete(entry, f)
 		}
+		delete(entry, agentv1alpha1.FieldBinding)
 		report, err := poolreport.Relayable(mapAt(observedManifest(observed), "status"))
 		switch {
 		case err != nil:
