@@ -77,7 +77,9 @@ func TestCheckSteeringPolicy(t *testing.T) {
 		},
 		"LabelsUnknown": {
 			reason: "Without the agent's labels, any selector passes.",
-			args:   args{labels: map[string]string{}, binding: func(b *admissionregistrationv1.MutatingAdmissionPolicyBinding) { b.Spec.ParamRef.Selector.MatchLabels = map[string]string{"x": "y"} }},
+			args: args{labels: map[string]string{}, binding: func(b *admissionregistrationv1.MutatingAdmissionPolicyBinding) {
+				b.Spec.ParamRef.Selector.MatchLabels = map[string]string{"x": "y"}
+			}},
 		},
 		"NoPolicy": {
 			reason: "A missing policy is named.",
@@ -96,8 +98,10 @@ func TestCheckSteeringPolicy(t *testing.T) {
 		},
 		"FailClosed": {
 			reason: "A policy that fails closed would refuse pods.",
-			args:   args{policy: func(p *admissionregistrationv1.MutatingAdmissionPolicy) { p.Spec.FailurePolicy = new(admissionregistrationv1.Fail) }},
-			want:   "spec.failurePolicy: want Ignore",
+			args: args{policy: func(p *admissionregistrationv1.MutatingAdmissionPolicy) {
+				p.Spec.FailurePolicy = new(admissionregistrationv1.Fail)
+			}},
+			want: "spec.failurePolicy: want Ignore",
 		},
 		"DefaultFailurePolicy": {
 			reason: "No failurePolicy defaults to Fail.",
@@ -144,8 +148,10 @@ func TestCheckSteeringPolicy(t *testing.T) {
 		},
 		"Unready": {
 			reason: "The policy must hold pods only while the param Pod is Ready.",
-			args:   args{policy: func(p *admissionregistrationv1.MutatingAdmissionPolicy) { p.Spec.MatchConditions = p.Spec.MatchConditions[1:] }},
-			want:   "spec.matchConditions: none reads the param Pod's Ready condition",
+			args: args{policy: func(p *admissionregistrationv1.MutatingAdmissionPolicy) {
+				p.Spec.MatchConditions = p.Spec.MatchConditions[1:]
+			}},
+			want: "spec.matchConditions: none reads the param Pod's Ready condition",
 		},
 		"OtherPolicy": {
 			reason: "The binding must bind the steering policy.",
@@ -159,8 +165,10 @@ func TestCheckSteeringPolicy(t *testing.T) {
 		},
 		"ByName": {
 			reason: "A param named is one Pod, not the agent's replicas.",
-			args:   args{binding: func(b *admissionregistrationv1.MutatingAdmissionPolicyBinding) { b.Spec.ParamRef.Name = "cluster-agent-0" }},
-			want:   "spec.paramRef: want a selector",
+			args: args{binding: func(b *admissionregistrationv1.MutatingAdmissionPolicyBinding) {
+				b.Spec.ParamRef.Name = "cluster-agent-0"
+			}},
+			want: "spec.paramRef: want a selector",
 		},
 		"OtherNamespace": {
 			reason: "The param is in the agent's namespace.",
