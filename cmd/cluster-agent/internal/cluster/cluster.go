@@ -686,7 +686,7 @@ func slimPod(obj any) (any, error) {
 			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
 			Labels: p.Labels, DeletionTimestamp: p.DeletionTimestamp, CreationTimestamp: p.CreationTimestamp,
 		},
-		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName, ResourceClaims: p.Spec.ResourceClaims},
+		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName, ResourceClaims: p.Spec.ResourceClaims},
 		Status: corev1.PodStatus{Phase: p.Status.Phase, ResourceClaimStatuses: p.Status.ResourceClaimStatuses},
 	}
 	for _, k := range []string{v1alpha1.AnnotationSteeredTo, AnnotationLWSSize, AnnotationLWSLeaderName} {

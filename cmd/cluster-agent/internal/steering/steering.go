@@ -554,6 +554,9 @@ func (s *Steerer) group(p *corev1.Pod) (int, []string) {
 func (s *Steerer) release(ctx context.Context, now time.Time, p *corev1.Pod, pool string, d agent.Decision, outcome string, c *candidate) {
 	next := p.DeepCopy()
 	next.Spec.SchedulingGates = slices.DeleteFunc(next.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate })
+	if len(next.Spec.SchedulingGates) == 0 {
+		next.Spec.SchedulingGates = nil
+	}
 	if d.Node != "" {
 		Pin(next, d.Node)
 	}
