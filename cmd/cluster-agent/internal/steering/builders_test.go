@@ -235,7 +235,10 @@ func held(name, workload string) *podWrapper {
 	}}
 }
 
-func (w *podWrapper) created(at time.Time) *podWrapper { w.CreationTimestamp = metav1.NewTime(at); return w }
+func (w *podWrapper) created(at time.Time) *podWrapper {
+	w.CreationTimestamp = metav1.NewTime(at)
+	return w
+}
 
 func (w *podWrapper) noClaimYet() *podWrapper { w.Status.ResourceClaimStatuses = nil; return w }
 
