@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 
 	resourcev1 "k8s.io/api/resource/v1"
@@ -73,60 +74,65 @@ func NewClaimSizer(pool Pool) (*ClaimSizer, error) {
 	return s, nil
 }
 
-// Size returns what a pod with the claims claims of the pool, one count
-// per DRA device of the pool: the sum of its requests, each resolved as
-// ClaimSizer says. It returns an error, naming the claim and the field,
-// for a request it cannot resolve: one with firstAvailable (a prioritized
-// list, whose choice is kube-scheduler's), a selector that does not
-// compile, and one no device of the pool satisfies with its count left,
-// where the ledger would charge a whole node. A request with allocation
-// mode All takes every device of the one it resolves to; one with admin
-// access takes none (it shares devices others hold).
-func (s *ClaimSizer) Size(claims ...*resourcev1.ResourceClaim) ([]int64, error) {
+// Size returns what a pod with these ResourceClaims takes of the pool,
+// one count per DRA device of the pool: the sum of its requests, each
+// resolved as ClaimSizer says. It returns an error, naming the claim and
+// the field, for a request it cannot resolve: one with firstAvailable (a
+// prioritized list, whose choice is kube-scheduler's), a selector that
+// does not compile, and one no device of the pool satisfies with its count
+// left, where the ledger would charge a whole node. A request with
+// allocation mode All takes every device of the one it resolves to; one
+// with admin access takes none (it shares devices others hold).
+func (s *ClaimSizer) Size(ctx context.Context, claims ...*resourcev1.ResourceClaim) ([]int64, error) {
 	out := make([]int64, len(s.devices))
 	for _, c := range claims {
 		for i, r := range c.Spec.Devices.Requests {
 			field := fmt.Sprintf("ResourceClaim %s/%s: spec.devices.requests[%d]", c.Namespace, c.Name, i)
-			e := r.Exactly
-			if e == nil {
-				return nil, fmt.Errorf("%s (%s): not sized: only an exactly request names the device the ledger charged; a firstAvailable list leaves the choice to kube-scheduler", field, r.Name)
+			if err := s.resolve(ctx, field, r, out); err != nil {
+				return nil, err
 			}
-			if e.AdminAccess != nil && *e.AdminAccess {
-				continue
-			}
-			exprs := make([]string, 0, len(e.Selectors))
-			for j, sel := range e.Selectors {
-				if sel.CEL == nil {
-					continue
-				}
-				if msg := s.compile(sel.CEL.Expression); msg != "" {
-					return nil, fmt.Errorf("%s.exactly.selectors[%d].cel.expression: %s", field, j, msg)
-				}
-				exprs = append(exprs, sel.CEL.Expression)
-			}
-			count := min(max(e.Count, 1), poolreport.MaxCount)
-			all := e.AllocationMode == resourcev1.DeviceAllocationModeAll
-			found, need := -1, count
-			for j, d := range s.devices {
-				if all {
-					need = d.count
-				}
-				if d.class == e.DeviceClassName && need > 0 && d.count-out[j] >= need && s.satisfies(j, exprs) {
-					found = j
-					break
-				}
-			}
-			if found < 0 {
-				what := fmt.Sprintf("%d", count)
-				if all {
-					what = "all its devices"
-				}
-				return nil, fmt.Errorf("%s (%s): no device of pool %s is of DeviceClass %s, satisfies its selectors and has %s left on a node", field, r.Name, s.pool, e.DeviceClassName, what)
-			}
-			out[found] += need
 		}
 	}
 	return out, nil
+}
+
+// resolve adds one request to the claim out, resolved as the ledger
+// resolves a stamped request.
+func (s *ClaimSizer) resolve(ctx context.Context, field string, r resourcev1.DeviceRequest, out []int64) error {
+	e := r.Exactly
+	if e == nil {
+		return fmt.Errorf("%s (%s): not sized: only an exactly request names the device the ledger charged; a firstAvailable list leaves the choice to kube-scheduler", field, r.Name)
+	}
+	if e.AdminAccess != nil && *e.AdminAccess {
+		return nil
+	}
+	exprs := make([]string, 0, len(e.Selectors))
+	for j, sel := range e.Selectors {
+		if sel.CEL == nil {
+			continue
+		}
+		if msg := s.compile(sel.CEL.Expression); msg != "" {
+			return fmt.Errorf("%s.exactly.selectors[%d].cel.expression: %s", field, j, msg)
+		}
+		exprs = append(exprs, sel.CEL.Expression)
+	}
+	count := min(max(e.Count, 1), poolreport.MaxCount)
+	all := e.AllocationMode == resourcev1.DeviceAllocationModeAll
+	for j, d := range s.devices {
+		need := count
+		if all {
+			need = d.count
+		}
+		if d.class == e.DeviceClassName && need > 0 && d.count-out[j] >= need && s.satisfies(ctx, j, exprs) {
+			out[j] += need
+			return nil
+		}
+	}
+	what := strconv.FormatInt(count, 10)
+	if all {
+		what = "all its devices"
+	}
+	return fmt.Errorf("%s (%s): no device of pool %s is of DeviceClass %s, satisfies its selectors and has %s left on a node", field, r.Name, s.pool, e.DeviceClassName, what)
 }
 
 // compile compiles a selector as DRA and the ledger do, once; it returns
@@ -151,14 +157,14 @@ func (s *ClaimSizer) compile(expr string) string {
 // satisfies is whether the pool's device i satisfies every selector (each
 // compiled). A CEL runtime error, such as an attribute the device does not
 // publish, is no match, as in the ledger.
-func (s *ClaimSizer) satisfies(i int, exprs []string) bool {
+func (s *ClaimSizer) satisfies(ctx context.Context, i int, exprs []string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, expr := range exprs {
 		k := matchKey{expr: expr, device: i}
 		ok, seen := s.matches[k]
 		if !seen {
-			matched, _, err := s.programs[expr].result.DeviceMatches(context.Background(), s.devices[i].cel)
+			matched, _, err := s.programs[expr].result.DeviceMatches(ctx, s.devices[i].cel)
 			ok = err == nil && matched
 			s.matches[k] = ok
 		}

@@ -127,7 +127,7 @@ func TestClaimSizer(t *testing.T) {
 			want:   want{err: "ResourceClaim ml-team/a: spec.devices.requests[0].exactly.selectors[0].cel.expression: "},
 		},
 		"Nothing": {
-			reason: "A pod without claims claims nothing.",
+			reason: "A pod without a claim takes nothing.",
 			want:   want{claim: []int64{0, 0, 0, 0}},
 		},
 	}
@@ -137,7 +137,7 @@ func TestClaimSizer(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, err := s.Size(tc.claims...)
+			got, err := s.Size(t.Context(), tc.claims...)
 			if tc.want.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.want.err) {
 					t.Errorf("\n%s\nSize(...): want an error containing %q, got %v (claim %v)", tc.reason, tc.want.err, err, got)

@@ -302,7 +302,7 @@ func (s *Steerer) pins(ctx context.Context, now time.Time, pool string, sz *agen
 		if missing != "" {
 			continue
 		}
-		claim, err := sz.Size(claims...)
+		claim, err := sz.Size(ctx, claims...)
 		if err != nil {
 			continue
 		}
@@ -411,7 +411,7 @@ func (s *Steerer) decide(ctx context.Context, now time.Time, pool string, sz *ag
 			waiting[gang] = true
 			continue
 		}
-		claim, err := sz.Size(claims...)
+		claim, err := sz.Size(ctx, claims...)
 		if err != nil {
 			s.release(ctx, now, p, pool, agent.Decision{Reason: agent.UnpinnedClaim + ": " + err.Error()}, metrics.OutcomeUnpinned, nil)
 			continue
@@ -620,7 +620,7 @@ func (s *Steerer) claimsOf(p *corev1.Pod) ([]*resourcev1.ResourceClaim, []string
 	var out []*resourcev1.ResourceClaim
 	var names []string
 	for _, rc := range p.Spec.ResourceClaims {
-		name := ""
+		var name string
 		switch {
 		case rc.ResourceClaimName != nil:
 			name = *rc.ResourceClaimName
