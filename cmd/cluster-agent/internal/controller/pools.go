@@ -194,7 +194,7 @@ func (p *Pools) StepDown(ctx context.Context, message string) {
 func (p *Pools) status(ctx context.Context, u *unstructured.Unstructured, proven time.Time) (*v1alpha1.PoolObservationStatus, string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st, counted, reason, err := p.count(ctx, u)
+	st, counted, reason, err := p.count(ctx, u, true)
 	if err != nil {
 		return nil, reason, err
 	}
@@ -225,7 +225,7 @@ type SteerNode struct {
 func (p *Pools) SteerNodes(ctx context.Context, u *unstructured.Unstructured) ([]SteerNode, string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st, counted, reason, err := p.count(ctx, u)
+	st, counted, reason, err := p.count(ctx, u, false)
 	if err != nil {
 		return nil, reason, err
 	}
@@ -245,8 +245,10 @@ func (p *Pools) SteerNodes(ctx context.Context, u *unstructured.Unstructured) ([
 
 // count counts the pool's nodes, again only those whose objects changed,
 // and returns the pool's state and every node's count; an error, with the
-// Synced condition's reason, when it cannot. The caller holds p.mu.
-func (p *Pools) count(ctx context.Context, u *unstructured.Unstructured) (*poolState, []agent.NodeFree, string, error) {
+// Synced condition's reason, when it cannot. record is whether the nodes
+// counted go to the metrics: a report's rounds do, steering's do not. The
+// caller holds p.mu.
+func (p *Pools) count(ctx context.Context, u *unstructured.Unstructured, record bool) (*poolState, []agent.NodeFree, string, error) {
 	po, err := cluster.PoolObservationOf(u)
 	if err != nil {
 		return nil, nil, v1alpha1.ReasonInvalidSpec, err
@@ -294,8 +296,10 @@ func (p *Pools) count(ctx context.Context, u *unstructured.Unstructured) (*poolS
 			delete(st.nodes, name)
 		}
 	}
-	p.metrics.NodesCounted.WithLabelValues(po.Name, "recounted").Add(float64(recounted))
-	p.metrics.NodesCounted.WithLabelValues(po.Name, "reused").Add(float64(len(counted) - recounted))
+	if record {
+		p.metrics.NodesCounted.WithLabelValues(po.Name, "recounted").Add(float64(recounted))
+		p.metrics.NodesCounted.WithLabelValues(po.Name, "reused").Add(float64(len(counted) - recounted))
+	}
 	return st, counted, "", nil
 }
 

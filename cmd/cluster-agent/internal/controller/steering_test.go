@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/cmd/cluster-agent/internal/cluster"
 )
 
 // steeringSays is a Steering that says one reason of every pool.
@@ -111,5 +112,34 @@ func TestPoolSteeringTurnedOff(t *testing.T) {
 	}
 	if e.writer.writes != writes+1 {
 		t.Errorf("%d writes, want 1: turning steering off changes the status", e.writer.writes-writes)
+	}
+}
+
+// TestSteerNodes checks the nodes the steerer decides on: the pool's
+// schedulable nodes with their free devices as the report counts them,
+// and keys that show which claims their counts hold.
+func TestSteerNodes(t *testing.T) {
+	e := newEnv(t)
+	n3 := node("n3", "l4")
+	n3.Spec.Unschedulable = true
+	e.add(node("n1", "l4"), node("n2", "l4"), n3, class(gpuClass, gpuDriver), poolObservation("l4"),
+		gpuSlice("n1", gpuDriver, 8), gpuSlice("n2", gpuDriver, 8), gpuSlice("n3", gpuDriver, 8), claim("a", "n1", "gpu-0", "gpu-1"))
+	p := e.pools()
+	got, _, err := p.SteerNodes(t.Context(), e.cluster.PoolObservations()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	type free struct {
+		Name  string
+		Free  []int64
+		HoldA bool
+	}
+	var have []free
+	for _, n := range got {
+		have = append(have, free{Name: n.Name, Free: n.Free, HoldA: cluster.KeyHolds(n.Key, "default", "a")})
+	}
+	want := []free{{Name: "n1", Free: []int64{6}, HoldA: true}, {Name: "n2", Free: []int64{8}}}
+	if diff := cmp.Diff(want, have); diff != "" {
+		t.Errorf("SteerNodes: -want, +got:\n%s", diff)
 	}
 }
