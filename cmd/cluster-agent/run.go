@@ -55,6 +55,14 @@ func (c *CLI) Run() error {
 		// could be proven.
 		return errors.New("cannot prove how recent the view is: client-go's AtomicFIFO feature is off (KUBE_FEATURE_AtomicFIFO=false?); turn it on")
 	}
+	for name, d := range map[string]time.Duration{
+		"--steering-window": c.SteeringWindow, "--steering-max-hold": c.SteeringMaxHold, "--steering-gang-wait": c.SteeringGangWait,
+		"--steering-replica-wait": c.SteeringReplicaWait, "--steering-pin-timeout": c.SteeringPinTimeout,
+	} {
+		if d <= 0 {
+			return fmt.Errorf("%s: %s; it must be positive", name, d)
+		}
+	}
 	if c.LeaderElect && c.LeaderElectionNS == "" {
 		return errors.New("--leader-election-namespace (or POD_NAMESPACE) is needed to elect a leader; or --no-leader-elect")
 	}

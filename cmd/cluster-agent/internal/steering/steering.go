@@ -949,6 +949,9 @@ func (s *Steerer) gauge(now time.Time, enabled map[string]*unstructured.Unstruct
 		pools[p] = &hold{}
 	}
 	for _, p := range all {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
 		pool := p.Spec.NodeSelector[fsv1alpha1.LabelPool]
 		h := pools[pool]
 		if h == nil {
