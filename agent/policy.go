@@ -30,7 +30,8 @@ type SteeringAgent struct {
 //   - it fails open (failurePolicy Ignore) and mutates once
 //     (reinvocationPolicy Never);
 //   - it matches the creation of pods (a resource rule of pods and CREATE);
-//   - a mutation adds the scheduling gate agentv1alpha1.SchedulingGate;
+//   - a mutation (or a variable) names the scheduling gate
+//     agentv1alpha1.SchedulingGate;
 //   - its expressions read the steered pools from the param's
 //     agentv1alpha1.AnnotationSteeredPools, and a match condition or
 //     variable reads the param's Ready condition;
@@ -67,7 +68,9 @@ func checkPolicy(p *admissionregistrationv1.MutatingAdmissionPolicy) error {
 	case !matchesPodCreate(s.MatchConstraints):
 		return fmt.Errorf("%s: spec.matchConstraints.resourceRules: none matches the CREATE of pods", name)
 	}
-	var mutations, conditions, all []string
+	// Expressions may name things through variables: a variable counts
+	// with the mutations and with the match conditions.
+	var mutations, conditions, variables []string
 	for _, m := range s.Mutations {
 		if m.ApplyConfiguration != nil {
 			mutations = append(mutations, m.ApplyConfiguration.Expression)
@@ -80,9 +83,11 @@ func checkPolicy(p *admissionregistrationv1.MutatingAdmissionPolicy) error {
 		conditions = append(conditions, c.Expression)
 	}
 	for _, v := range s.Variables {
-		conditions = append(conditions, v.Expression)
+		variables = append(variables, v.Expression)
 	}
-	all = append(append(all, mutations...), conditions...)
+	mutations = append(mutations, variables...)
+	conditions = append(conditions, variables...)
+	all := append(slices.Clone(mutations), conditions...)
 	switch {
 	case !anyContains(mutations, agentv1alpha1.SchedulingGate):
 		return fmt.Errorf("%s: spec.mutations: none adds the scheduling gate %s", name, agentv1alpha1.SchedulingGate)

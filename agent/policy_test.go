@@ -138,6 +138,13 @@ func TestCheckSteeringPolicy(t *testing.T) {
 				}
 			}},
 		},
+		"GateInVariable": {
+			reason: "The gate may be named through a variable the mutation reads.",
+			args: args{policy: func(p *admissionregistrationv1.MutatingAdmissionPolicy) {
+				p.Spec.Variables = append(p.Spec.Variables, admissionregistrationv1.Variable{Name: "gate", Expression: `"agent.modelplane.ai/steering"`})
+				p.Spec.Mutations[0].JSONPatch.Expression = `[JSONPatch{op: "add", path: "/spec/schedulingGates/-", value: Object.spec.schedulingGates{name: variables.gate}}]`
+			}},
+		},
 		"AllPools": {
 			reason: "The policy must hold only the pools the leader's annotation lists.",
 			args: args{policy: func(p *admissionregistrationv1.MutatingAdmissionPolicy) {
