@@ -55,16 +55,8 @@ func (c *CLI) Run() error {
 		// could be proven.
 		return errors.New("cannot prove how recent the view is: client-go's AtomicFIFO feature is off (KUBE_FEATURE_AtomicFIFO=false?); turn it on")
 	}
-	for name, d := range map[string]time.Duration{
-		"--steering-window": c.SteeringWindow, "--steering-max-hold": c.SteeringMaxHold, "--steering-gang-wait": c.SteeringGangWait,
-		"--steering-replica-wait": c.SteeringReplicaWait, "--steering-pin-timeout": c.SteeringPinTimeout,
-	} {
-		if d <= 0 {
-			return fmt.Errorf("%s: %s; it must be positive", name, d)
-		}
-	}
-	if c.LeaderElect && c.LeaderElectionNS == "" {
-		return errors.New("--leader-election-namespace (or POD_NAMESPACE) is needed to elect a leader; or --no-leader-elect")
+	if err := c.validate(); err != nil {
+		return err
 	}
 	cfg, err := c.restConfig()
 	if err != nil {
@@ -317,6 +309,22 @@ func (c *CLI) discover(ctx context.Context, log logr.Logger, client kubernetes.I
 	default:
 		return served, nil
 	}
+}
+
+// validate refuses flags the agent cannot run with.
+func (c *CLI) validate() error {
+	for name, d := range map[string]time.Duration{
+		"--steering-window": c.SteeringWindow, "--steering-max-hold": c.SteeringMaxHold, "--steering-gang-wait": c.SteeringGangWait,
+		"--steering-replica-wait": c.SteeringReplicaWait, "--steering-pin-timeout": c.SteeringPinTimeout,
+	} {
+		if d <= 0 {
+			return fmt.Errorf("%s: %s; it must be positive", name, d)
+		}
+	}
+	if c.LeaderElect && c.LeaderElectionNS == "" {
+		return errors.New("--leader-election-namespace (or POD_NAMESPACE) is needed to elect a leader; or --no-leader-elect")
+	}
+	return nil
 }
 
 // discoverSteering says whether the cluster serves
