@@ -164,6 +164,9 @@ func (c *CLI) Run() error {
 		stepDown.Store(&down)
 		defer stepDown.Store(nil)
 		r := controller.NewReplicas(cl, writer, clock.RealClock{}, log.WithName("replicas"), m)
+		// One round first, so that the first reports of a new leader
+		// already see the pools its Pod lists.
+		st.Reconcile(ctx)
 		var lw sync.WaitGroup
 		lw.Go(func() { st.Run(ctx) })
 		lw.Go(func() { pools.Run(ctx, prover.Changed(), p.Reconcile) })
