@@ -154,6 +154,44 @@ const (
 	ReasonCannotCount = "CannotCount"
 )
 
+// Reasons of the Steering condition (docs/spec.md#steering). It is True
+// with ReasonSteered while the status says binding Steered, and otherwise
+// False with one of the others and a message saying what to do.
+const (
+	// ReasonSteered: steering is in force: the admission policy and its
+	// binding are as shipped, this agent leads, keeps the pool in its
+	// Pod's AnnotationSteeredPools, and no claiming pod of the pool bound
+	// without its decision during the last report period.
+	ReasonSteered = "Steered"
+	// ReasonAdmissionPolicyUnsupported: the cluster does not serve
+	// admissionregistration.k8s.io/v1 MutatingAdmissionPolicies
+	// (Kubernetes older than 1.36): the agent cannot hold pods there.
+	ReasonAdmissionPolicyUnsupported = "AdmissionPolicyUnsupported"
+	// ReasonPolicyNotFound: the policy or its binding named
+	// SteeringPolicy does not exist, or the agent cannot read them.
+	ReasonPolicyNotFound = "PolicyNotFound"
+	// ReasonPolicyNotAsShipped: the policy or its binding differs from
+	// what is shipped in a field steering's promises rest on.
+	ReasonPolicyNotAsShipped = "PolicyNotAsShipped"
+	// ReasonAgentPodNotMarked: the agent cannot keep the pool in the
+	// AnnotationSteeredPools of its own Pod (it does not know its Pod, or
+	// the patch failed), so the policy holds none of the pool's pods.
+	ReasonAgentPodNotMarked = "AgentPodNotMarked"
+	// ReasonReleaseFailed: the agent could not release a held pod of the
+	// pool (an error other than a conflict) within the last hold bound.
+	ReasonReleaseFailed = "ReleaseFailed"
+	// ReasonBoundUnsteered: a claiming pod of the pool bound without the
+	// agent's decision (no AnnotationSteeredTo) during the last report
+	// period.
+	ReasonBoundUnsteered = "BoundUnsteered"
+	// ReasonPoolNotObserved: the pool is not reported (Synced False), so
+	// there is nothing to steer by.
+	ReasonPoolNotObserved = "PoolNotObserved"
+	// ReasonAgentStopped: the agent that steered the pool stopped leading
+	// as it shut down; the next leader reports the pool again.
+	ReasonAgentStopped = "AgentStopped"
+)
+
 // Reasons of the PodsScheduled condition.
 const (
 	// ReasonPodsBound: at least spec.pods selected pods are bound.
