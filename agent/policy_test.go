@@ -1,11 +1,14 @@
 package agent
 
 import (
+	"os"
 	"strings"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 )
@@ -15,8 +18,8 @@ const agentNamespace = "modelplane-cluster-agent"
 var agentLabels = map[string]string{"app.kubernetes.io/name": "cluster-agent"}
 
 // steeringPolicy is a policy with every field CheckSteeringPolicy checks
-// as shipped: a sketch of deploy/cluster-agent/steering/, whose own test
-// runs the check on the YAML.
+// as shipped: a sketch of deploy/cluster-agent/steering/, which
+// TestShippedSteeringPolicyPasses checks itself.
 func steeringPolicy() *admissionregistrationv1.MutatingAdmissionPolicy {
 	return &admissionregistrationv1.MutatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: agentv1alpha1.SteeringPolicy},
@@ -224,5 +227,46 @@ func TestCheckSteeringPolicy(t *testing.T) {
 				t.Errorf("\n%s\nCheckSteeringPolicy(...): want an error containing %q, got %v", tc.reason, tc.want, err)
 			}
 		})
+	}
+}
+
+// TestShippedSteeringPolicyPasses runs the agent's check on the policy
+// and binding as deploy/cluster-agent/steering/ ships them, with the pod
+// labels and namespace of the shipped Deployment: a shipped policy the
+// agent would call modified would never let a pool be Steered.
+func TestShippedSteeringPolicyPasses(t *testing.T) {
+	policyYAML, err := os.ReadFile("../deploy/cluster-agent/steering/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var policy *admissionregistrationv1.MutatingAdmissionPolicy
+	var binding *admissionregistrationv1.MutatingAdmissionPolicyBinding
+	for doc := range strings.SplitSeq(string(policyYAML), "\n---") {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatal(err)
+		}
+		switch meta.Kind {
+		case "MutatingAdmissionPolicy":
+			policy = &admissionregistrationv1.MutatingAdmissionPolicy{}
+			err = yaml.UnmarshalStrict([]byte(doc), policy)
+		case "MutatingAdmissionPolicyBinding":
+			binding = &admissionregistrationv1.MutatingAdmissionPolicyBinding{}
+			err = yaml.UnmarshalStrict([]byte(doc), binding)
+		}
+		if err != nil {
+			t.Fatalf("cannot read the shipped %s: %v", meta.Kind, err)
+		}
+	}
+	deploymentYAML, err := os.ReadFile("../deploy/cluster-agent/deployment.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &appsv1.Deployment{}
+	if err := yaml.Unmarshal(deploymentYAML, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckSteeringPolicy(policy, binding, SteeringAgent{Namespace: d.Namespace, Labels: d.Spec.Template.Labels}); err != nil {
+		t.Errorf("the shipped steering policy fails the agent's check: %v", err)
 	}
 }
