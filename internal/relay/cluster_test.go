@@ -110,6 +110,7 @@ spec:
         nodeSelector: {modelplane.ai/pool: `+pool+`}
         devices: `+devices+`
         tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+        steering: Disabled
 `)
 }
 
@@ -200,6 +201,45 @@ func TestRelayCluster(t *testing.T) {
 				resources: func(t *testing.T) map[string]map[string]any {
 					t.Helper()
 					return withPools(t, "l4", "h100")
+				},
+				condition: Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonPoolsNotReported, Message: "no report from the cluster agent for h100, l4"},
+			},
+		},
+		"SteerPoolsAnnotated": {
+			reason: "the pools the InferenceCluster's steer-pools annotation names are composed with steering Enabled, the others Disabled; a name it does not publish is a warning",
+			in: func(t *testing.T) ClusterInput {
+				t.Helper()
+				xr := y(t, `metadata: {name: alpha, annotations: {agent.modelplane.ai/steer-pools: " l4 ,nope,"}}`)
+				return ClusterInput{Observed: xr, DesiredStatus: y(t, clusterStatus), Composed: open(t)}
+			},
+			want: want{
+				status: clusterStatus,
+				resources: func(t *testing.T) map[string]map[string]any {
+					t.Helper()
+					m := withPools(t, "l4", "h100")
+					mapAt(m[KeyPool("l4")], "spec", "forProvider", "manifest", "spec")["steering"] = "Enabled"
+					return m
+				},
+				condition: Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonPoolsNotReported, Message: "no report from the cluster agent for h100, l4"},
+				warnings:  []string{`annotation agent.modelplane.ai/steer-pools names pool "nope", which the InferenceCluster does not publish (its pools: h100, l4): nothing is steered for it`},
+			},
+		},
+		"SteerEveryPool": {
+			reason: "steer-pools * steers every pool",
+			in: func(t *testing.T) ClusterInput {
+				t.Helper()
+				xr := y(t, `metadata: {name: alpha, annotations: {agent.modelplane.ai/steer-pools: "*"}}`)
+				return ClusterInput{Observed: xr, DesiredStatus: y(t, clusterStatus), Composed: open(t)}
+			},
+			want: want{
+				status: clusterStatus,
+				resources: func(t *testing.T) map[string]map[string]any {
+					t.Helper()
+					m := withPools(t, "l4", "h100")
+					for _, p := range []string{"l4", "h100"} {
+						mapAt(m[KeyPool(p)], "spec", "forProvider", "manifest", "spec")["steering"] = "Enabled"
+					}
+					return m
 				},
 				condition: Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonPoolsNotReported, Message: "no report from the cluster agent for h100, l4"},
 			},

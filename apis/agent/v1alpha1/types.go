@@ -116,6 +116,11 @@ const (
 	// unpinned. A bound claiming pod of a steered pool without it bound
 	// without the agent's decision.
 	AnnotationSteeredTo = "agent.modelplane.ai/steered-to"
+	// AnnotationSteerPools is on an InferenceCluster in the control plane:
+	// the pools of its workload cluster to steer, comma-separated, or "*"
+	// for every pool. The relay composes their PoolObservations with
+	// spec.steering Enabled and every other pool's with Disabled.
+	AnnotationSteerPools = "agent.modelplane.ai/steer-pools"
 	// SteeringPolicy is the name of the shipped MutatingAdmissionPolicy
 	// that holds a steered pool's pods, and of its binding. The agent
 	// reports a pool Steered only while both exist as shipped.
