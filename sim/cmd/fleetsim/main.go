@@ -173,6 +173,16 @@ func run(o options) error {
 	if err := sim.WritePredictions(&table, rows); err != nil {
 		return err
 	}
+	table.WriteString("\n" + sim.AgreementLegend + "\n")
+	if err := sim.WriteAgreement(&table, rows); err != nil {
+		return err
+	}
+	if sim.Steers(rows) {
+		table.WriteString("\n" + sim.SteeringLegend + "\n")
+		if err := sim.WriteSteering(&table, rows); err != nil {
+			return err
+		}
+	}
 	table.WriteString("\nReplicas placed by shape, in the scenarios that mix shapes:\n\n")
 	if err := sim.WriteShapeTable(&table, rows); err != nil {
 		return err
@@ -451,6 +461,9 @@ func runModes(o options, sc sim.Scenario, b sim.Binder, modes []sim.Mode) ([]sim
 	bounds := sim.Limit(sc)
 	var rows []sim.Row
 	for _, m := range modes {
+		if !b.Runs(m) {
+			continue
+		}
 		res, err := sim.Run(concurrent(sc.Config(m, b, direct(m, o.servers)), o.concurrent))
 		if err != nil {
 			return nil, fmt.Errorf("%s, %s, %s: %w", sc.Name, m.Name, b, err)

@@ -1,0 +1,95 @@
+package sim
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/modelplaneai/fleet-scheduler/agent"
+)
+
+// AgreementLegend says what the bucket-level agreement table counts.
+const AgreementLegend = `Bucket-level agreement: for each claiming pod bound, whether the node it
+bound to had, just before, the free GPUs of the group of nodes the ledger
+assumed the pod binds to, in the call that placed its replica
+(scheduling.PodNode). Where every pod agrees, the ledger's histogram is
+the cluster's. A pod counts only where its replica was placed on a pool
+with a usable report (a whole-node pool's ledger assumes no node's free
+GPUs), so whole-node runs have no row. "In a group" matches the pod against
+the groups assumed for the pods interchangeable with it: those of the same
+call, pool, engine and claim (the ledger places one deployment's
+replicas in their order, the agent decides them in their names'). "Own
+replica's" matches it against its own replica's pods only. Each group
+is matched once. Pods a steering agent released unpinned (bound later by
+kube-scheduler, if at all) are counted apart, in the last column.
+`
+
+// WriteAgreement writes, per scenario, mode and binder, how many claiming
+// pods bound on a node of a group the ledger assumed for them.
+func WriteAgreement(w io.Writer, rows []Row) error {
+	var b strings.Builder
+	b.WriteString("| Scenario | Mode | Binder | Claiming pods bound | with groups assumed | in a group | in their own replica's group | released unpinned: bound / in a group |\n")
+	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		g, u := r.Result.Binds.Groups, r.Result.Binds.Unpinned
+		if g.Grouped == 0 && u.Pods == 0 {
+			continue
+		}
+		share := func(n int) string {
+			if g.Grouped == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%d (%s)", n, pct1(n, g.Grouped))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %s | %s | %d / %d |\n", r.Scenario.Name, r.Mode.Name, r.Binder,
+			g.Pods, g.Grouped, share(g.InGroup), share(g.InOwnGroup), u.Pods, u.InGroup)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// pct1 is n of total as a percentage with one decimal, never rounded up
+// to 100.0% short of all.
+func pct1(n, total int) string {
+	f := float64(n) / float64(total)
+	if n < total && f > 0.9995 {
+		return "99.9%"
+	}
+	return pct(f)
+}
+
+// SteeringLegend says what the steering table counts.
+const SteeringLegend = `Steering decisions (the steered binders only): each held claiming pod is
+decided once per round (the agent's window) until released. Pinned pods are
+bound at their node through sim/kube's filters and allocator; "not
+admitted" counts pinned pods those turned away (the agent counts devices,
+not cpu or memory), deleted and made again with their gang, and decided
+again. Unpinned pods fit no node when decided, by Steer's reason: no node
+has the claim free, or the gang's pods do not fit distinct nodes together.
+They are released as they are and wait for kube-scheduler. With a preferred
+node affinity instead of a pin (steered-preferred), "outvoted" counts pods
+kube-scheduler bound to another node than the one decided.
+`
+
+// WriteSteering writes the steering binders' decisions.
+func WriteSteering(w io.Writer, rows []Row) error {
+	var b strings.Builder
+	b.WriteString("| Scenario | Mode | Binder | Decisions | pinned | not admitted at their node | unpinned (no node free / gang apart) | outvoted | bound nowhere when released |\n")
+	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		if !r.Binder.steers() {
+			continue
+		}
+		st := r.Result.Steering
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | %d (%d / %d) | %d | %d |\n", r.Scenario.Name, r.Mode.Name, r.Binder,
+			st.Decided, st.Pinned, st.NotAdmitted, st.Unpinned, st.UnpinnedBy[agent.UnpinnedNoNode], st.UnpinnedBy[agent.UnpinnedGang], st.Outvoted, st.Unbound)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// Steers says whether any row is a steering binder's.
+func Steers(rows []Row) bool {
+	return slices.ContainsFunc(rows, func(r Row) bool { return r.Binder.steers() })
+}
