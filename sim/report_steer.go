@@ -18,10 +18,10 @@ the cluster's. A pod counts only where its replica was placed on a pool
 with a usable report (a whole-node pool's ledger assumes no node's free
 GPUs), so whole-node runs have no row. "In a group" matches the pod against
 the groups assumed for the pods interchangeable with it: those of the same
-call, pool, engine and claim (the ledger places one deployment's
-replicas in their order, the agent decides them in their names'). "Own
-replica's" matches it against its own replica's pods only. Each group
-is matched once. Pods a steering agent released unpinned (bound later by
+call, pool, engine and claim. The ledger places one deployment's new
+replicas in index order and the agent decides them in name order, so two
+alike may swap nodes: "own replica's" matches a pod against its own
+replica's pods only. Each group is matched once. Pods a steering agent released unpinned (bound later by
 kube-scheduler, if at all) are counted apart, in the last column.
 `
 
