@@ -93,3 +93,48 @@ func WriteSteering(w io.Writer, rows []Row) error {
 func Steers(rows []Row) bool {
 	return slices.ContainsFunc(rows, func(r Row) bool { return r.Binder.steers() })
 }
+
+// PreferredLegend says what the pin-or-prefer report compares.
+const PreferredLegend = `A pin or a preference. The steering agent narrows each held pod to the
+node it decided: a required node affinity by name (steered), or a
+preferred one of weight 100 (steered-preferred), which fails open but
+which kube-scheduler's other scores can outvote. NodeAffinity weighs 2 x
+100 for the preferred node; the default spreading of one Deployment's
+copies (PodTopologySpread) up to 2 x 100, ImageLocality up to 100, and
+LeastAllocated and BalancedAllocation (cpu and memory, v0.3's pods
+requesting none) 100 each. The scenario's replicas are many copies of one
+engine, one Deployment each, where spreading counts. kube-default, with
+no agent in front, is the baseline.
+
+- Decided to a node: the pods the agent pinned, or released preferring a
+  node. Contested: of those, the pods that kube-scheduler's scores but
+  NodeAffinity's rank another node above theirs, where the preference
+  had to outweigh them, and the most they did so by (the preference
+  weighs 200); outvoted: the pods kube-scheduler bound to
+  another node (steered-preferred only). A pinned pod binds at its node
+  or waits.
+- In a group: bucket-level agreement, as in fleetsim.md.
+`
+
+// WritePreferred writes runs of the pin-or-prefer scenario side by side.
+func WritePreferred(w io.Writer, rows []Row) error {
+	var b strings.Builder
+	b.WriteString("| Scenario | Mode | Binder | Decided to a node | contested | outvoted | GPUs allocated, mean over time | Pending pods max / end | Claiming pods with groups assumed | in a group |\n")
+	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		res, st, g := r.Result, r.Stats(), r.Result.Binds.Groups
+		contested, outvoted := "-", "-"
+		if r.Binder == SteeredPreferred && res.Steering.Pinned > 0 {
+			contested = fmt.Sprintf("%d (%s), by up to %d", res.Steering.Contested, pct1(res.Steering.Contested, res.Steering.Pinned), res.Steering.Margin)
+			outvoted = fmt.Sprintf("%d (%s)", res.Steering.Outvoted, pct1(res.Steering.Outvoted, res.Steering.Pinned))
+		}
+		inGroup := "-"
+		if g.Grouped > 0 {
+			inGroup = fmt.Sprintf("%d (%s)", g.InGroup, pct1(g.InGroup, g.Grouped))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %s | %s | %s | %d / %d | %d | %s |\n", r.Scenario.Name, r.Mode.Name, r.Binder,
+			res.Steering.Pinned, contested, outvoted, pct(st.Mean), res.PendingMax, res.PendingEnd, g.Grouped, inGroup)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

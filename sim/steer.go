@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,7 +48,12 @@ type Steering struct {
 	// Outvoted counts the pods released preferring their node
 	// (SteeredPreferred) that kube-scheduler bound to another node, and
 	// Unbound those it bound to none in the round they were released.
-	Outvoted, Unbound int
+	// Contested counts those where its scores but NodeAffinity's rank
+	// another node above theirs: where the preference had to win; Margin
+	// is the most, over them, that those scores put another node above
+	// theirs (NodeAffinity's preference weighs 2 x 100).
+	Outvoted, Unbound, Contested int
+	Margin                       int64
 }
 
 // held says whether a steering agent holds the pod: a claiming pod of a
@@ -202,13 +208,17 @@ func (s *state) releasePreferring(ctx context.Context, c *simCluster, gang []*po
 		}
 		p.steer = preferred
 		record := s.predict(p)
-		node, _, err := c.kube.Schedule(ctx, p.kube, kube.Default, s.rng)
+		node, e, err := c.kube.Schedule(ctx, p.kube, kube.Default, s.rng)
 		if err != nil {
 			return false, err
 		}
 		if node == "" {
 			s.steering.Unbound++
 			continue
+		}
+		if m := margin(e, ds[i].Node); m > 0 {
+			s.steering.Contested++
+			s.steering.Margin = max(s.steering.Margin, m)
 		}
 		record()
 		s.pulling(p, t)
@@ -218,6 +228,23 @@ func (s *state) releasePreferring(ctx context.Context, c *simCluster, gang []*po
 		}
 	}
 	return changed, nil
+}
+
+// margin is by how much, of the scored nodes, the best ranks above node
+// by every score but NodeAffinity's: what a preference for node has to
+// outweigh (0 when none ranks above it, or node was not scored).
+func margin(e *kube.Evaluation, node string) int64 {
+	w := kube.Weights()["NodeAffinity"]
+	at := slices.Index(e.Scored, node)
+	if at < 0 {
+		return 0
+	}
+	var m int64
+	mine := e.Scores[at] - w*e.Plugins[at]["NodeAffinity"]
+	for i := range e.Scored {
+		m = max(m, e.Scores[i]-w*e.Plugins[i]["NodeAffinity"]-mine)
+	}
+	return m
 }
 
 // nodeNamed is a node selector requirement of the node of that name.

@@ -14,6 +14,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 	"github.com/modelplaneai/fleet-scheduler/sim/composereplica"
+	"github.com/modelplaneai/fleet-scheduler/sim/kube"
 )
 
 // arrival is a replica of one engine on pool "p" to bind: a Standalone
@@ -190,6 +191,28 @@ func TestBucketAgreement(t *testing.T) {
 			}
 			if got := g.InGroup == g.Grouped; got != tc.agrees {
 				t.Errorf("%s\n%d of %d pods in a group the ledger assumed", tc.reason, g.InGroup, g.Grouped)
+			}
+		})
+	}
+}
+
+func TestMargin(t *testing.T) {
+	// Two nodes scored: n1 leads by every score but NodeAffinity's, which
+	// scores n2 100 (its preferred node), weighted 2.
+	e := &kube.Evaluation{Scored: []string{"n1", "n2"}, Scores: []int64{300, 350}, Plugins: []kube.PluginScores{{"ImageLocality": 100}, {"NodeAffinity": 100}}}
+	cases := map[string]struct {
+		reason string
+		node   string
+		want   int64
+	}{
+		"Preferred": {reason: "Without NodeAffinity's 200, n2 scores 150, 150 below n1.", node: "n2", want: 150},
+		"Leading":   {reason: "Nothing ranks above n1 by the other scores.", node: "n1", want: 0},
+		"NotScored": {reason: "A node that was not scored has no margin.", node: "n3", want: 0},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := margin(e, tc.node); got != tc.want {
+				t.Errorf("%s\nmargin(..., %s) = %d, want %d", tc.reason, tc.node, got, tc.want)
 			}
 		})
 	}

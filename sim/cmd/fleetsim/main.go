@@ -34,7 +34,7 @@ type options struct {
 	largeBinders                         string
 	imagePull, replaceAfter              time.Duration
 	large, withScenarios, replacing      bool
-	concurrency                          bool
+	concurrency, preferred               bool
 	concurrent, servers, rounds          int
 	concurrencyK, concurrencyServers     string
 	trace                                sim.TraceOptions
@@ -64,6 +64,7 @@ func main() {
 	flag.IntVar(&o.trace.MaxRounds, "max-rounds", 0, "stop a trace after this many rounds (0: when the last pod is deleted, or at 2,000 rounds)")
 	flag.BoolVar(&o.replacing, "replacing", false, "instead of the scenarios, run "+sim.Misguessed().Name+" with re-placing off and on, side by side (replacing.md)")
 	flag.DurationVar(&o.replaceAfter, "replace-after", 15*time.Minute, "with -replacing, the replaceUnscheduledAfter of the run with re-placing on")
+	flag.BoolVar(&o.preferred, "preferred", false, "instead of the scenarios, run "+sim.ManyCopies().Name+" with kube-default, steered and steered-preferred, side by side (steering-preferred.md): how often kube-scheduler's other scores outvote a preferred node affinity")
 	flag.IntVar(&o.concurrent, "concurrent-reconciles", 1, "reconcile this many deployments at once, each of them reading the same fleet; 1 reconciles one after another")
 	flag.IntVar(&o.servers, "servers", 0, "spread the calls round robin over this many function servers, each with its own ledger of assumed placements; 0 assumes nothing")
 	flag.BoolVar(&o.concurrency, "concurrency", false, "instead of the scenarios, run "+sim.ScaleAtOnce().Name+" for every -concurrency-k and -concurrency-servers, side by side (concurrency.md)")
@@ -131,6 +132,9 @@ func run(o options) error {
 	}
 	if o.concurrency {
 		return runConcurrency(o)
+	}
+	if o.preferred {
+		return runPreferred(o)
 	}
 	binders, modes, size, err := common(o)
 	if err != nil {
@@ -296,6 +300,38 @@ func runConcurrency(o options) error {
 		return err
 	}
 	return publish(o.out, "concurrency.md", doc.Bytes())
+}
+
+// runPreferred runs the scenario of many copies per replica with
+// kube-default and the steering binders, pinning and preferring, in the
+// agent modes that assume LeastFree, and writes them side by side.
+func runPreferred(o options) error {
+	_, _, size, err := common(o)
+	if err != nil {
+		return err
+	}
+	sc := withImage(sim.ManyCopies(), size.Value(), o.imagePull, o.sizing)
+	modes := []sim.Mode{sim.Fresh().Assuming(scheduling.LeastFree), sim.Lagging().Assuming(scheduling.LeastFree)}
+	var rows []sim.Row
+	for _, b := range []sim.Binder{sim.KubeDefault, sim.Steered, sim.SteeredPreferred} {
+		for _, m := range modes {
+			res, err := sim.Run(sc.Config(m, b, direct(m, o.servers)))
+			if err != nil {
+				return fmt.Errorf("%s, %s, %s: %w", sc.Name, m.Name, b, err)
+			}
+			rows = append(rows, sim.Row{Scenario: sc, Mode: m, Binder: b, Result: res, Bounds: sim.Bounds{}})
+		}
+	}
+	var doc bytes.Buffer
+	doc.WriteString(sim.PreferredLegend + "\n")
+	fmt.Fprintf(&doc, "%s: %s; %d rounds of %s.\n\n", sc.Name, sc.Summary, sc.Rounds, sim.DefaultTick)
+	if err := sim.WritePreferred(&doc, rows); err != nil {
+		return err
+	}
+	if err := writeStuck(&doc, rows, "Pods Pending at the end:"); err != nil {
+		return err
+	}
+	return publish(o.out, "steering-preferred.md", doc.Bytes())
 }
 
 // replacing is the function input of a mode with replaceUnscheduledAfter
