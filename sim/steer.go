@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/modelplaneai/fleet-scheduler/agent"
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
@@ -161,7 +160,7 @@ func (s *state) release(ctx context.Context, c *simCluster, gang []*pod, ds []ag
 	made := make([]*corev1.Affinity, len(gang))
 	for i, p := range gang {
 		made[i] = p.kube.Obj.Spec.Affinity
-		if err := p.kube.SetAffinity(pin(made[i], ds[i].Node)); err != nil {
+		if err := p.kube.SetAffinity(kube.PinAffinity(made[i], ds[i].Node)); err != nil {
 			return false, err
 		}
 		// The gang's pods are on distinct nodes, so one's binding does
@@ -203,7 +202,7 @@ func (s *state) release(ctx context.Context, c *simCluster, gang []*pod, ds []ag
 func (s *state) releasePreferring(ctx context.Context, c *simCluster, gang []*pod, ds []agent.Decision, t time.Time) (bool, error) {
 	changed := false
 	for i, p := range gang {
-		if err := p.kube.SetAffinity(prefer(p.kube.Obj.Spec.Affinity, ds[i].Node)); err != nil {
+		if err := p.kube.SetAffinity(kube.PreferAffinity(p.kube.Obj.Spec.Affinity, ds[i].Node)); err != nil {
 			return false, err
 		}
 		p.steer = preferred
@@ -245,49 +244,6 @@ func margin(e *kube.Evaluation, node string) int64 {
 		m = max(m, e.Scores[i]-w*e.Plugins[i]["NodeAffinity"]-mine)
 	}
 	return m
-}
-
-// nodeNamed is a node selector requirement of the node of that name.
-func nodeNamed(node string) corev1.NodeSelectorRequirement {
-	return corev1.NodeSelectorRequirement{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}
-}
-
-// pin is a held pod's affinity narrowed to one node, as the agent narrows
-// it when it releases the pod: a required node affinity of the node by
-// name (one term; v0.3's pods have no required node affinity, and a term
-// they had would be narrowed by it).
-func pin(a *corev1.Affinity, node string) *corev1.Affinity {
-	out := a.DeepCopy()
-	if out == nil {
-		out = &corev1.Affinity{}
-	}
-	if out.NodeAffinity == nil {
-		out.NodeAffinity = &corev1.NodeAffinity{}
-	}
-	sel := out.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
-	if sel == nil || len(sel.NodeSelectorTerms) == 0 {
-		out.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{nodeNamed(node)}}}}
-		return out
-	}
-	for i := range sel.NodeSelectorTerms {
-		sel.NodeSelectorTerms[i].MatchFields = append(sel.NodeSelectorTerms[i].MatchFields, nodeNamed(node))
-	}
-	return out
-}
-
-// prefer is a held pod's affinity with a preferred node affinity term of
-// weight 100 (the most) for the node by name.
-func prefer(a *corev1.Affinity, node string) *corev1.Affinity {
-	out := a.DeepCopy()
-	if out == nil {
-		out = &corev1.Affinity{}
-	}
-	if out.NodeAffinity == nil {
-		out.NodeAffinity = &corev1.NodeAffinity{}
-	}
-	out.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution = append(out.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution,
-		corev1.PreferredSchedulingTerm{Weight: 100, Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{nodeNamed(node)}}})
-	return out
 }
 
 // countedNode is a node's free devices as the agent counted them, at the

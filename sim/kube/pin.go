@@ -41,6 +41,51 @@ func (p *Pod) SetAffinity(a *corev1.Affinity) error {
 	return nil
 }
 
+// PinAffinity is an affinity narrowed to one node, as a steering agent
+// narrows a held pod when it releases it: a required node affinity
+// `matchFields metadata.name In [node]`, one term when it has no required
+// node affinity (v0.3's pods have none), ANDed into each of its terms
+// otherwise. a is not changed.
+func PinAffinity(a *corev1.Affinity, node string) *corev1.Affinity {
+	out := withNodeAffinity(a)
+	req := nodeNamed(node)
+	sel := out.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	if sel == nil || len(sel.NodeSelectorTerms) == 0 {
+		out.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{req}}}}
+		return out
+	}
+	for i := range sel.NodeSelectorTerms {
+		sel.NodeSelectorTerms[i].MatchFields = append(sel.NodeSelectorTerms[i].MatchFields, req)
+	}
+	return out
+}
+
+// PreferAffinity is an affinity with a preferred node affinity term of
+// weight 100 (the most) for one node by name added. a is not changed.
+func PreferAffinity(a *corev1.Affinity, node string) *corev1.Affinity {
+	out := withNodeAffinity(a)
+	out.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution = append(out.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution,
+		corev1.PreferredSchedulingTerm{Weight: 100, Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{nodeNamed(node)}}})
+	return out
+}
+
+// withNodeAffinity is a copy of a with a node affinity to add to.
+func withNodeAffinity(a *corev1.Affinity) *corev1.Affinity {
+	out := a.DeepCopy()
+	if out == nil {
+		out = &corev1.Affinity{}
+	}
+	if out.NodeAffinity == nil {
+		out.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	return out
+}
+
+// nodeNamed is a node selector requirement of the node of that name.
+func nodeNamed(node string) corev1.NodeSelectorRequirement {
+	return corev1.NodeSelectorRequirement{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}
+}
+
 // nodeNames is NodeAffinity's PreFilter result for a pod: the names of
 // the only nodes its required node affinity can match, when every one of
 // its terms names nodes (`matchFields metadata.name In`); narrowed is

@@ -148,3 +148,39 @@ func TestPreferredPin(t *testing.T) {
 		t.Errorf("NodeAffinity scored n2 %d, want 100", got)
 	}
 }
+
+func TestPinAffinity(t *testing.T) {
+	byLabel := corev1.NodeSelectorRequirement{Key: "pool", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}
+	pinN1 := corev1.NodeSelectorRequirement{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpIn, Values: []string{"n1"}}
+	cases := map[string]struct {
+		reason string
+		in     *corev1.Affinity
+		want   *corev1.Affinity
+	}{
+		"None": {
+			reason: "A pod without affinity gets one term naming the node.",
+			want:   named([]string{"n1"}),
+		},
+		"Terms": {
+			reason: "Each required term is narrowed to the node, so that they stay ORed and all name it.",
+			in: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+				{MatchExpressions: []corev1.NodeSelectorRequirement{byLabel}}, {MatchExpressions: []corev1.NodeSelectorRequirement{byLabel}},
+			}}}},
+			want: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+				{MatchExpressions: []corev1.NodeSelectorRequirement{byLabel}, MatchFields: []corev1.NodeSelectorRequirement{pinN1}},
+				{MatchExpressions: []corev1.NodeSelectorRequirement{byLabel}, MatchFields: []corev1.NodeSelectorRequirement{pinN1}},
+			}}}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			before := tc.in.DeepCopy()
+			if diff := cmp.Diff(tc.want, PinAffinity(tc.in, "n1")); diff != "" {
+				t.Errorf("%s\nPinAffinity(...): -want, +got:\n%s", tc.reason, diff)
+			}
+			if diff := cmp.Diff(before, tc.in); diff != "" {
+				t.Errorf("%s\nPinAffinity(...) changed its argument: -before, +after:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
