@@ -86,9 +86,9 @@ func profiled(path string, f func() error) error {
 
 type options struct {
 	states, mutationStates, agent, ties, pinned, workers int
-	seed                                         uint64
-	out                                          string
-	strict, mutations                            bool
+	seed                                                 uint64
+	out                                                  string
+	strict, mutations                                    bool
 }
 
 func profiles() []kube.Profile { return []kube.Profile{kube.Default, kube.MostAllocated} }
