@@ -47,14 +47,6 @@ func (a *Agreement) record(p *pod, free []int64) {
 	}
 }
 
-// add adds another run's counts.
-func (a *Agreement) add(o Agreement) {
-	a.Pods += o.Pods
-	a.Grouped += o.Grouped
-	a.InGroup += o.InGroup
-	a.InOwnGroup += o.InOwnGroup
-}
-
 // groups are the groups of nodes the ledger assumed some pods bind to, as
 // how many of each free-device vector (by vectorKey) are left to match.
 type groups map[string]int
