@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -252,16 +253,23 @@ func runReplacing(o options) error {
 			}
 		}
 	}
+	return sideBySide(o.out, "replacing.md", sim.ReplacingLegend, sc, rows, sim.WriteReplacing)
+}
+
+// sideBySide publishes runs of one scenario side by side as name: the
+// legend, the scenario, the table write writes, and what held pods Pending
+// at the end.
+func sideBySide(out, name, legend string, sc sim.Scenario, rows []sim.Row, write func(io.Writer, []sim.Row) error) error {
 	var doc bytes.Buffer
-	doc.WriteString(sim.ReplacingLegend + "\n")
+	doc.WriteString(legend + "\n")
 	fmt.Fprintf(&doc, "%s: %s; %d rounds of %s.\n\n", sc.Name, sc.Summary, sc.Rounds, sim.DefaultTick)
-	if err := sim.WriteReplacing(&doc, rows); err != nil {
+	if err := write(&doc, rows); err != nil {
 		return err
 	}
 	if err := writeStuck(&doc, rows, "Pods Pending at the end:"); err != nil {
 		return err
 	}
-	return publish(o.out, "replacing.md", doc.Bytes())
+	return publish(out, name, doc.Bytes())
 }
 
 // runConcurrency runs the scenario of deployments scaling at once with K
@@ -319,19 +327,10 @@ func runPreferred(o options) error {
 			if err != nil {
 				return fmt.Errorf("%s, %s, %s: %w", sc.Name, m.Name, b, err)
 			}
-			rows = append(rows, sim.Row{Scenario: sc, Mode: m, Binder: b, Result: res, Bounds: sim.Bounds{}})
+			rows = append(rows, sim.Row{Scenario: sc, Mode: m, Binder: b, Result: res})
 		}
 	}
-	var doc bytes.Buffer
-	doc.WriteString(sim.PreferredLegend + "\n")
-	fmt.Fprintf(&doc, "%s: %s; %d rounds of %s.\n\n", sc.Name, sc.Summary, sc.Rounds, sim.DefaultTick)
-	if err := sim.WritePreferred(&doc, rows); err != nil {
-		return err
-	}
-	if err := writeStuck(&doc, rows, "Pods Pending at the end:"); err != nil {
-		return err
-	}
-	return publish(o.out, "steering-preferred.md", doc.Bytes())
+	return sideBySide(o.out, "steering-preferred.md", sim.PreferredLegend, sc, rows, sim.WritePreferred)
 }
 
 // replacing is the function input of a mode with replaceUnscheduledAfter
