@@ -49,7 +49,8 @@ const (
 	// binds as kube-default binds it, as do claimless pods. The agent
 	// decides on the cluster as its informers hold it, which do not lag:
 	// here, on the simulated cluster as it is. A lagging agent's reports
-	// lag; its decisions do not.
+	// lag; its decisions do not. Without an agent (whole-node), or once
+	// it is silent (Agent.StopAfter), nothing is held: kube-default binds.
 	Steered Binder = "steered"
 	// SteeredPreferred is Steered with a preferred node affinity (weight
 	// 100) to the decided node instead of a pin: kube-default then binds

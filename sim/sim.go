@@ -731,7 +731,8 @@ func (s *state) cluster(name string) *simCluster {
 // whose pods are now all bound PodsScheduled at t.
 func (s *state) bind(ctx context.Context, t time.Time) (bool, error) {
 	changed := false
-	if s.cfg.Binder.steers() {
+	steering := s.agentSteers(t)
+	if steering {
 		var err error
 		if changed, err = s.steer(ctx, t); err != nil {
 			return false, err
@@ -741,7 +742,7 @@ func (s *state) bind(ctx context.Context, t time.Time) (bool, error) {
 	slices.SortFunc(queue, func(a, b *replica) int { return cmp.Compare(a.seq, b.seq) })
 	for _, r := range queue {
 		for _, p := range r.pods {
-			if p.bound() || s.cfg.Binder.steers() && p.held() {
+			if p.bound() || steering && p.held() {
 				// A held pod waits for the agent's next window.
 				continue
 			}

@@ -55,6 +55,16 @@ type Steering struct {
 	Margin                       int64
 }
 
+// agentSteers says whether a steering agent holds pods at t: the binder
+// steers, and the agent runs. A silent agent (Agent.StopAfter) is one
+// whose Pod is gone or unready, so the admission policy gates nothing, and
+// the pods it held are released as they were (docs/spec.md#steering: it
+// fails safe); kube-default binds them all from then on.
+func (s *state) agentSteers(t time.Time) bool {
+	a := s.cfg.Agent
+	return s.cfg.Binder.steers() && a.Enabled && (a.StopAfter <= 0 || t.Sub(start()) < a.StopAfter)
+}
+
 // held says whether a steering agent holds the pod: a claiming pod of a
 // pool, neither bound nor released. The admission policy gates exactly
 // the claiming pods.

@@ -37,6 +37,8 @@ func TestSteeredBinder(t *testing.T) {
 		taken, cpu []int64
 		replicas   []arrival
 		windows    int
+		// silent is an agent gone silent before the first window.
+		silent bool
 	}
 	type want struct {
 		// nodes are each replica's pods' nodes by index, -1 for Pending.
@@ -81,6 +83,16 @@ func TestSteeredBinder(t *testing.T) {
 			args:   args{binder: Steered, taken: []int64{7, 0}, cpu: []int64{190, 0}, replicas: []arrival{{name: 1, gpus: 1}}, windows: 2},
 			want:   want{nodes: [][]int{{-1}}, steering: Steering{Decided: 2, Pinned: 2, NotAdmitted: 2, UnpinnedBy: map[string]int{}}},
 		},
+		"BestFit": {
+			reason: "One pod of 1 GPU on free {2,3} is pinned to the node with 2, best fit, though kube-default's scores favour the other (SilentAgent).",
+			args:   args{binder: Steered, taken: []int64{6, 5}, cpu: []int64{12, 0}, replicas: []arrival{{name: 1, gpus: 1}}, windows: 1},
+			want:   want{nodes: [][]int{{0}}, steering: Steering{Decided: 1, Pinned: 1, UnpinnedBy: map[string]int{}}},
+		},
+		"SilentAgent": {
+			reason: "A silent agent holds nothing: kube-default binds the pod where less cpu is requested, the node with 3 free, not best fit's (the filler of the node with 2 requests 12 cores).",
+			args:   args{binder: Steered, taken: []int64{6, 5}, cpu: []int64{12, 0}, replicas: []arrival{{name: 1, gpus: 1}}, windows: 1, silent: true},
+			want:   want{nodes: [][]int{{1}}},
+		},
 		"Preferred": {
 			reason: "Preferring the node instead of pinning it: with nothing else to score, kube-default follows the preference.",
 			args:   args{binder: SteeredPreferred, taken: []int64{6, 5}, replicas: []arrival{{name: 2, gpus: 1}, {name: 1, gpus: 2}, {name: 3, gpus: 2}}, windows: 1},
@@ -91,14 +103,17 @@ func TestSteeredBinder(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := testCluster(t, len(tc.args.taken))
 			fill(t, c, tc.args.taken, tc.args.cpu)
-			s := &state{cfg: Config{Binder: tc.args.binder}, clusters: []*simCluster{c}, rng: rand.New(rand.NewPCG(1, 2))}
+			s := &state{cfg: Config{Binder: tc.args.binder, Agent: Fresh().Agent}, clusters: []*simCluster{c}, rng: rand.New(rand.NewPCG(1, 2))}
+			if tc.args.silent {
+				s.cfg.Agent.StopAfter = time.Nanosecond
+			}
 			for i, a := range tc.args.replicas {
 				r := testReplica(t, c, a.name, a.gpus, a.workers)
 				r.seq = i
 				s.replicas = append(s.replicas, r)
 			}
 			for w := range tc.args.windows {
-				if _, err := s.bind(context.Background(), start().Add(time.Duration(w)*DefaultTick)); err != nil {
+				if _, err := s.bind(context.Background(), start().Add(time.Duration(w+1)*DefaultTick)); err != nil {
 					t.Fatal(err)
 				}
 			}
