@@ -244,14 +244,14 @@ best fit in the ledger's charge order, and pins each to its node (a
 required node affinity by name) for sim/kube to bind there. A pod it fits
 nowhere is released unpinned, for kube-default. The agent decides on the
 cluster as it is (its informers do not lag), so a lagging agent's reports
-lag and its decisions do not. Steering needs an agent, and the function
-accounts a steered pool by best fit whatever assumedBinding says: the
-steered binders run in the agent modes assuming LeastFree only.
-steered-preferred prefers the decided node (weight 100) instead of
-pinning it, and kube-default's scores decide. Every
-binder filters with the structured DRA allocator (sim/kube), and
+lag and its decisions do not; a silent agent holds nothing. Steering
+needs an agent, and the function accounts a steered pool by best fit
+whatever assumedBinding says: the steered binders run in the agent modes
+assuming LeastFree only. steered-preferred prefers the decided node
+(weight 100) instead of pinning it, and kube-default's scores decide.
+Every binder filters with the structured DRA allocator (sim/kube), and
 docs/calibration.md checks kube-default and kube-most-allocated against
-kube-scheduler's own framework. A node that ran a replica holds its
+kube-scheduler's own framework, pinned pods included. A node that ran a replica holds its
 serving image (8 GiB unless -image-size says otherwise) from 2 minutes
 after the pod bound (-image-pull) and keeps it; ImageLocality scores it. The function runs with its defaults (observationMaxAge 5m,
 replaceUnscheduledAfter 15m) but for assumedBinding, which the mode sets.

@@ -16,25 +16,34 @@ assumed the pod binds to, in the call that placed its replica
 (scheduling.PodNode). Where every pod agrees, the ledger's histogram is
 the cluster's. A pod counts only where its replica was placed on a pool
 with a usable report (a whole-node pool's ledger assumes no node's free
-GPUs), so whole-node runs have no row. "In a group" matches the pod against
-the groups assumed for the pods interchangeable with it: those of the same
-call, pool, engine and claim. The ledger places one deployment's new
-replicas in index order and the agent decides them in name order, so two
-alike may swap nodes: "own replica's" matches a pod against its own
-replica's pods only. Each group is matched once. Pods a steering agent released unpinned (bound later by
-kube-scheduler, if at all) are counted apart, in the last column.
+GPUs), so whole-node runs have no row. "In a group" matches the pod
+against the groups assumed for the pods interchangeable with it: those of
+the same call, pool, engine and claim. The ledger places one deployment's
+new replicas in index order and the agent decides them in name order, so
+two alike may swap nodes: "own replica's" matches a pod against its own
+replica's pods only. Each group is matched once. Under the steering
+binders the first columns count the pods the agent decided to a node. The
+last two count apart the pods it released unpinned (bound later by
+kube-scheduler, if at all), and those kube-default bound while no live
+agent held them (a silent agent's).
 `
 
 // WriteAgreement writes, per scenario, mode and binder, how many claiming
 // pods bound on a node of a group the ledger assumed for them.
 func WriteAgreement(w io.Writer, rows []Row) error {
 	var b strings.Builder
-	b.WriteString("| Scenario | Mode | Binder | Claiming pods bound | with groups assumed | in a group | in their own replica's group | released unpinned: bound / in a group |\n")
-	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| Scenario | Mode | Binder | Claiming pods bound | with groups assumed | in a group | in their own replica's group | released unpinned: bound / in a group | bound with no agent holding them: bound / in a group |\n")
+	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
-		g, u := r.Result.Binds.Groups, r.Result.Binds.Unpinned
-		if g.Grouped == 0 && u.Pods == 0 {
+		g, u, h := r.Result.Binds.Groups, r.Result.Binds.Unpinned, r.Result.Binds.Unheld
+		if g.Grouped == 0 && u.Pods == 0 && h.Grouped == 0 {
 			continue
+		}
+		apart := func(a Agreement) string {
+			if !r.Binder.steers() {
+				return "-"
+			}
+			return fmt.Sprintf("%d / %d", a.Pods, a.InGroup)
 		}
 		share := func(n int) string {
 			if g.Grouped == 0 {
@@ -42,8 +51,8 @@ func WriteAgreement(w io.Writer, rows []Row) error {
 			}
 			return fmt.Sprintf("%d (%s)", n, pct1(n, g.Grouped))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %s | %s | %d / %d |\n", r.Scenario.Name, r.Mode.Name, r.Binder,
-			g.Pods, g.Grouped, share(g.InGroup), share(g.InOwnGroup), u.Pods, u.InGroup)
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %s | %s | %s | %s |\n", r.Scenario.Name, r.Mode.Name, r.Binder,
+			g.Pods, g.Grouped, share(g.InGroup), share(g.InOwnGroup), apart(u), apart(h))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -63,9 +72,9 @@ func pct1(n, total int) string {
 const SteeringLegend = `Steering decisions (the steered binders only): each held claiming pod is
 decided once per round (the agent's window) until released. Pinned pods are
 bound at their node through sim/kube's filters and allocator; "not
-admitted" counts pinned pods those turned away (the agent counts devices,
-not cpu or memory), deleted and made again with their gang, and decided
-again. Unpinned pods fit no node when decided, by Steer's reason: no node
+admitted" counts the pinned pods those turned away (the agent counts
+devices, not cpu or memory), deleted and made again with their gang, and
+decided again. Unpinned pods fit no node when decided, by Steer's reason: no node
 has the claim free, or the gang's pods do not fit distinct nodes together.
 They are released as they are and wait for kube-scheduler. With a preferred
 node affinity instead of a pin (steered-preferred), "outvoted" counts pods

@@ -218,9 +218,10 @@ type pull struct {
 type Binds struct {
 	claiming, mostFree, leastFree int
 	// Groups are the claiming pods bound against the groups the ledger
-	// assumed for them, but for those a steering agent released unpinned,
-	// which Unpinned counts.
-	Groups, Unpinned Agreement
+	// assumed for them. Under a steering binder, Groups counts those the
+	// agent decided to a node, Unpinned those it released unpinned, and
+	// Unheld those kube-default bound while no live agent held them.
+	Groups, Unpinned, Unheld Agreement
 }
 
 // Claiming is how many claiming pods bound.
@@ -809,8 +810,11 @@ func (s *state) predict(p *pod) func() {
 			s.binds.leastFree++
 		}
 		agreement := &s.binds.Groups
-		if p.steer == unpinned {
+		switch {
+		case p.steer == unpinned:
 			agreement = &s.binds.Unpinned
+		case p.steer == undecided && s.cfg.Binder.steers():
+			agreement = &s.binds.Unheld
 		}
 		agreement.record(p, []int64{f})
 	}
