@@ -40,6 +40,7 @@ type pass struct {
 	now          time.Time
 	replaceAfter time.Duration
 	exclude      map[PoolRef]bool
+	podNodes     bool
 }
 
 func newPass(s Snapshot, engines []engine) *pass {
@@ -52,6 +53,7 @@ func newPass(s Snapshot, engines []engine) *pass {
 		now:          s.Now,
 		replaceAfter: s.Options.ReplaceUnscheduledAfter,
 		stamped:      map[string][]int64{},
+		podNodes:     s.Options.PodNodes,
 	}
 	// Sort every input first: the plan must not depend on the order the
 	// inputs arrived in.
@@ -371,7 +373,7 @@ func (s *pass) reserveEngineOn(cl *cluster, ei int, res *reservation) (*EnginePl
 			continue
 		}
 		res.moves[l] = append(res.moves[l], moves...)
-		ep := &EnginePlacement{Name: e.name}
+		ep := &EnginePlacement{Name: e.name, PodNodes: s.podNodesOf(l, moves)}
 		for mi, mm := range matches {
 			ep.Members = append(ep.Members, MemberPlacement{Role: e.members[mi].role, Pool: p.name, DeviceRequests: mm.requests})
 		}

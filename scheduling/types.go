@@ -50,6 +50,12 @@ type Options struct {
 	// Capacity is how much the plan says of what each pool had left
 	// (Plan.Capacity), for a server's metrics and debug log.
 	Capacity Capacity
+
+	// PodNodes, when true, has each engine the pass places on a pool with
+	// a usable report say where the ledger assumed its claiming pods bind
+	// (EnginePlacement.PodNodes), for the fleet simulator to hold a binder
+	// to.
+	PodNodes bool
 }
 
 // Snapshot is everything one scheduling pass reads.
@@ -243,6 +249,10 @@ type Placement struct {
 type EnginePlacement struct {
 	Name    string
 	Members []MemberPlacement
+	// PodNodes are, with Options.PodNodes, the claiming pods of an engine
+	// the pass placed on a free-device pool, as the ledger charged them;
+	// nil otherwise.
+	PodNodes []PodNode
 }
 
 // MemberPlacement is a member's pool and the DRA requests each of its pods

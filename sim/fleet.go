@@ -144,6 +144,10 @@ type simPool struct {
 	// claimed is what the pods pinned to the pool claim, bound or
 	// Pending.
 	claimed int64
+	// counter counts the pool's nodes as a steering agent does, and
+	// counted is its last count of each node (steerNodes).
+	counter *agent.Counter
+	counted map[*kube.Node]countedNode
 }
 
 // gpus is how many GPUs the pool's nodes have.
@@ -222,6 +226,9 @@ type simCluster struct {
 	name  string
 	pools []*simPool
 	kube  *kube.Cluster
+	// steered is whether an agent steers every pool of the cluster
+	// (Steered, SteeredPreferred).
+	steered bool
 }
 
 func (c *simCluster) pool(name string) *simPool {
@@ -277,6 +284,9 @@ func (c *simCluster) object() *v1alpha1.InferenceCluster {
 		pool := fixture.Pool(p.spec.Name, int64(len(p.nodes))).Devices(p.device()).Obj()
 		if s := p.published; s != nil {
 			s.report.Fill(&pool)
+			if c.steered {
+				reportSteered(&pool)
+			}
 		}
 		pools = append(pools, pool)
 	}
@@ -286,3 +296,12 @@ func (c *simCluster) object() *v1alpha1.InferenceCluster {
 	obj.Metadata.UID = "uid-" + c.name
 	return obj
 }
+
+// reportSteered is where the report of a pool an agent steers says
+// binding: Steered (docs/spec.md#steering), for the function to account
+// the pool by best fit whatever its assumedBinding. The function does not
+// read that field yet, so nothing is set here: the steering binders run in
+// the modes whose ledger assumes LeastFree (Binder.Runs), the rule the
+// function will apply to a steered pool. Once it reads the field, set it
+// here and let Binder.Runs take every agent mode.
+func reportSteered(*v1alpha1.GPUPool) {}
