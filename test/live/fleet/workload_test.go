@@ -168,7 +168,7 @@ func (f *fleet) startWorkload(t *testing.T, spec workloadSpec) *workload {
 	}
 	apply(t, f.cp.c, &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": apiVersion, "kind": "InferenceCluster",
-		"metadata":   meta,
+		"metadata": meta,
 		"spec": map[string]any{
 			"cluster":   map[string]any{"source": "Existing", "existing": map[string]any{"secretRef": map[string]any{"name": spec.name + "-kubeconfig", "key": "kubeconfig"}}},
 			"nodePools": pools,
