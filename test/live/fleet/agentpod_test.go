@@ -129,7 +129,7 @@ func (w *workload) mirror(ctx context.Context, a *agentProcess, probe corev1.Pro
 	ready := false
 	var ok, failed int32
 	for {
-		err := probeReadyz(ctx, hc, a.health)
+		err := getOK(ctx, hc, "http://"+a.health+"/readyz", "")
 		if err == nil {
 			ok, failed = ok+1, 0
 		} else {
@@ -161,10 +161,15 @@ func seconds(n, unset int32) time.Duration {
 	return time.Duration(n) * time.Second
 }
 
-func probeReadyz(ctx context.Context, hc *http.Client, addr string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/readyz", nil)
+// getOK is whether a GET of url, with the bearer token if one is given,
+// answers 200 OK.
+func getOK(ctx context.Context, hc *http.Client, url, token string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -172,7 +177,7 @@ func probeReadyz(ctx context.Context, hc *http.Client, addr string) error {
 	}
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("/readyz: %s", resp.Status)
+		return fmt.Errorf("%s: %s", url, resp.Status)
 	}
 	return nil
 }

@@ -435,12 +435,7 @@ func scaleAtOnce(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by
 func fourOnOne(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
 	apply(t, f.cp.c, deployment("four", "alpha", "NVIDIA L4", 4, 1))
 	rs := f.waitPlaced(t, "four", 4, "alpha", "quad", settle)
-	nodes := f.waitBound(t, "alpha", rs, settle)
-	for r, n := range nodes {
-		if n != "quad-0" {
-			t.Errorf("replica %s bound to %s, not quad-0", r, n)
-		}
-	}
+	checkNodes(t, f.waitBound(t, "alpha", rs, settle), "quad-0", "")
 	f.checkClaimsAllocated(t, "alpha", rs)
 	f.waitPodsScheduled(t, "True", rs, settle)
 	at := f.waitReport(t, "alpha", "quad", map[int64]int64{0: 1}, settle)
@@ -489,6 +484,17 @@ func (f *fleet) waitCounted(t *testing.T, cluster, pool string, replicas []*unst
 		}
 		return nil
 	})
+}
+
+// checkNodes checks that each replica's pod bound to the node want; why
+// says why there.
+func checkNodes(t *testing.T, nodes map[string]string, want, why string) {
+	t.Helper()
+	for r, n := range nodes {
+		if n != want {
+			t.Errorf("replica %s bound to %s, not %s%s", r, n, want, why)
+		}
+	}
 }
 
 // checkClaimsAllocated checks that each replica's pod's claim, made from
@@ -605,6 +611,7 @@ func agentStops(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by 
 // first, and the agent stops holding pair's pods.
 func wrongGuess(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
 	w := f.clusters["alpha"]
+	began := time.Now()
 	f.waitSteering(t, "alpha", "pair", steered, settle)
 	// The pools no InferenceCluster names: nothing of steering.
 	for _, p := range [][2]string{{"alpha", "quad"}, {"alpha", "spare"}, {"beta", "octo"}} {
@@ -620,6 +627,7 @@ func wrongGuess(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by 
 		}
 		return nil
 	})
+	t.Logf("pair steered, then not: %s", time.Since(began).Round(100*time.Millisecond))
 
 	w.scheduler.Stop(t)
 	apply(t, f.cp.c, deployment("spread", "alpha", "NVIDIA A10G", 2, 2))

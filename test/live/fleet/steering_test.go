@@ -153,7 +153,7 @@ func (w *workload) watchPods(t *testing.T, pool string) *podWatch {
 			if !ok {
 				if ev.Type == watch.Error {
 					pw.mu.Lock()
-					pw.err = fmt.Errorf("watch of pods: %v", kerrors.FromObject(ev.Object))
+					pw.err = fmt.Errorf("watch of pods: %w", kerrors.FromObject(ev.Object))
 					pw.mu.Unlock()
 				}
 				continue
@@ -347,12 +347,7 @@ func steeredScenario(t *testing.T, f *fleet) { //nolint:thelper // A scenario ru
 	pw := w.watchPods(t, "pair")
 	apply(t, f.cp.c, deployment("steer-two", "alpha", "NVIDIA A10G", 2, 2))
 	two := f.waitPlaced(t, "steer-two", 2, "alpha", "pair", settle)
-	nodes := f.waitBound(t, "alpha", two, settle)
-	for r, n := range nodes {
-		if n != "pair-0" {
-			t.Errorf("replica %s of steer-two bound to %s: the ledger assumed both on one node, pair-0 (best fit, ties by node name)", r, n)
-		}
-	}
+	checkNodes(t, f.waitBound(t, "alpha", two, settle), "pair-0", ": the ledger assumed both 2-GPU pods on one node, pair-0 (best fit, ties by node name)")
 	f.checkLedger(t, "steer-two", "alpha", "pair", true)
 	apply(t, f.cp.c, deployment("steer-four", "alpha", "NVIDIA A10G", 1, 4))
 	four := f.waitPlaced(t, "steer-four", 1, "alpha", "pair", settle)
@@ -517,11 +512,7 @@ func agentKilled(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by
 			want = ps[0].Spec.NodeName
 		}
 	}
-	for r, n := range nodes {
-		if n != want {
-			t.Errorf("replica %s of held bound to %s, want %s (best fit)", r, n, want)
-		}
-	}
+	checkNodes(t, nodes, want, " (best fit)")
 }
 
 // waitDeployments waits until each replica's engine Deployment exists in
