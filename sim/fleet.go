@@ -39,6 +39,8 @@ import (
 	"slices"
 	"time"
 
+	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
+
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -297,11 +299,9 @@ func (c *simCluster) object() *v1alpha1.InferenceCluster {
 	return obj
 }
 
-// reportSteered is where the report of a pool an agent steers says
-// binding: Steered (docs/spec.md#steering), for the function to account
-// the pool by best fit whatever its assumedBinding. The function does not
-// read that field yet, so nothing is set here: the steering binders run in
-// the modes whose ledger assumes LeastFree (Binder.Runs), the rule the
-// function will apply to a steered pool. Once it reads the field, set it
-// here and let Binder.Runs take every agent mode.
-func reportSteered(*v1alpha1.GPUPool) {}
+// reportSteered makes the report of a pool an agent steers say binding:
+// Steered (docs/spec.md#steering), as the agent's does while steering is in
+// force, so the function accounts the pool by best fit whatever its
+// assumedBinding. The steering binders still run only in the modes whose
+// ledger assumes LeastFree (Binder.Runs), which best fit equals.
+func reportSteered(p *v1alpha1.GPUPool) { p.Binding = agentv1alpha1.BindingSteered }
