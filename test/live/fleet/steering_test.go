@@ -332,8 +332,8 @@ func (f *fleet) checkLedger(t *testing.T, deployment, cluster, pool string, want
 // steeredScenario: with pair steered and kube-scheduler's default profile
 // as in wrongGuess, the two 2-GPU replicas' pods are held, decided by best
 // fit (ties by node name) and bind to pair-0, one node, as the ledger
-// assumed; the 4-GPU replica's pod then binds to pair-1, nothing
-// re-placed. Both reports, the PoolObservation's and the
+// assumed; once pair's report counts them, the 4-GPU replica is placed on
+// pair and its pod binds to pair-1, nothing re-placed. Both reports, the PoolObservation's and the
 // InferenceCluster's, say binding Steered, and the function accounts pair
 // as steered.
 func steeredScenario(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
@@ -349,6 +349,10 @@ func steeredScenario(t *testing.T, f *fleet) { //nolint:thelper // A scenario ru
 	two := f.waitPlaced(t, "steer-two", 2, "alpha", "pair", settle)
 	checkNodes(t, f.waitBound(t, "alpha", two, settle), "pair-0", ": the ledger assumed both 2-GPU pods on one node, pair-0 (best fit, ties by node name)")
 	f.checkLedger(t, "steer-two", "alpha", "pair", true)
+	// Until pair's report counts steer-two, a report that already shows
+	// pair-0 taken charges steer-two's replicas again (the counted rule's
+	// safe side), pair-1 with them, and steer-four would go to spare.
+	f.waitCounted(t, "alpha", "pair", two)
 	apply(t, f.cp.c, deployment("steer-four", "alpha", "NVIDIA A10G", 1, 4))
 	four := f.waitPlaced(t, "steer-four", 1, "alpha", "pair", settle)
 	if n := f.waitBound(t, "alpha", four, settle)[four[0].GetName()]; n != "pair-1" {
