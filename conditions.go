@@ -59,8 +59,9 @@ func setCacheCondition(rsp *fnv1.RunFunctionResponse, cache fleet.CacheReference
 	}
 }
 
-// warnObservations warns of every invalid pool report and unreadable
-// PodsScheduled condition, naming the object and the field.
+// warnObservations warns of every invalid pool report, binding that does
+// not read and unreadable PodsScheduled condition, naming the object and
+// the field.
 // Warnings come out sorted, whatever order the objects arrived in.
 func warnObservations(rsp *fnv1.RunFunctionResponse, pools []observation.PoolReport, findings []observation.ReplicaFinding) {
 	var warnings []string
@@ -70,6 +71,9 @@ func warnObservations(rsp *fnv1.RunFunctionResponse, pools []observation.PoolRep
 		}
 		for _, d := range p.DeviceDefects {
 			warnings = append(warnings, fmt.Sprintf("InferenceCluster %s pool %s: %s; selectors that read it do not match the device", p.Cluster, p.Pool, d))
+		}
+		if p.BindingDefect != "" {
+			warnings = append(warnings, fmt.Sprintf("InferenceCluster %s pool %s: %s; ignored, the pool is not accounted as steered", p.Cluster, p.Pool, p.BindingDefect))
 		}
 	}
 	for _, f := range findings {

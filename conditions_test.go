@@ -137,6 +137,31 @@ func TestRunFunctionConditions(t *testing.T) {
 				keys: []string{"replica-a-0"},
 			},
 		},
+		"BadBindingWarnsAndKeepsTheReport": {
+			reason: "A binding other than Steered warns naming cluster, pool and field; the counts stay usable, so the pool is still accounted by free devices.",
+			req: request(t, fx.Deployment("m").Obj(), []any{fx.Cluster("a").Pools(fx.Pool("default", 2).Devices(fx.GPU("gpu", 1, "141Gi")).
+				Observed(fresh, 2, fx.NodesFree(2, "gpu", 1)).RawBinding(`"Pinned"`).Obj()).Obj()}, nil),
+			want: want{
+				conds: map[string]*fnv1.Condition{condCapacityObserved: cond(condCapacityObserved, trueS, reasonAllPoolsObserved, "Every pool of every Ready cluster is accounted by free devices")},
+				results: []*fnv1.Result{
+					result(fnv1.Severity_SEVERITY_WARNING, `InferenceCluster a pool default: binding: "Pinned" is not Steered, the one binding there is; ignored, the pool is not accounted as steered`),
+					result(fnv1.Severity_SEVERITY_NORMAL, "Scheduled 1 replicas across 1 clusters: a"),
+				},
+				ttl:  time.Minute,
+				keys: []string{"replica-a-0"},
+			},
+		},
+		"SteeredIsQuiet": {
+			reason: "A report that says binding Steered warns of nothing.",
+			req: request(t, fx.Deployment("m").Obj(), []any{fx.Cluster("a").Pools(fx.Pool("default", 2).Devices(fx.GPU("gpu", 1, "141Gi")).
+				Observed(fresh, 2, fx.NodesFree(2, "gpu", 1)).Steered().Obj()).Obj()}, nil),
+			want: want{
+				conds:   map[string]*fnv1.Condition{condCapacityObserved: cond(condCapacityObserved, trueS, reasonAllPoolsObserved, "Every pool of every Ready cluster is accounted by free devices")},
+				results: []*fnv1.Result{result(fnv1.Severity_SEVERITY_NORMAL, "Scheduled 1 replicas across 1 clusters: a")},
+				ttl:     time.Minute,
+				keys:    []string{"replica-a-0"},
+			},
+		},
 		"GarbageTimestampOnReplica": {
 			reason: "A PodsScheduled condition with a garbage time warns and the replica is charged.",
 			req:    request(t, fx.Deployment("m").Obj(), []any{observed}, []any{fx.Replica("other", "a", 0).Conditions(v1alpha1.Condition{Type: "PodsScheduled", Status: "True", LastTransitionTime: "yesterday"}).Obj()}),

@@ -317,7 +317,7 @@ func (t *telemetry) logLedger(s *summary) {
 			groups = append(groups, fmt.Sprintf("%dx[%s]", g.Nodes, strings.Join(free, ",")))
 		}
 		t.logger().Debug("Pool ledger", "xr", xr, "cluster", c.Pool.Cluster, "pool", c.Pool.Pool,
-			"wholeNode", c.WholeNode, "saturated", c.Saturated, "free", strings.Join(groups, " "))
+			"wholeNode", c.WholeNode, "steered", c.Steered, "saturated", c.Saturated, "free", strings.Join(groups, " "))
 	}
 }
 

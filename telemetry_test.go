@@ -100,9 +100,23 @@ func TestTelemetryLog(t *testing.T) {
 			reqs:   []*fnv1.RunFunctionRequest{short("1")},
 			ledger: true,
 			want: [][]line{placed(warned("1"),
-				line{Debug: true, Msg: "Pool ledger", KV: map[string]any{"xr": fx.Namespace + "/m", "cluster": "a", "pool": "h100", "wholeNode": true, "saturated": false, "free": "2x[gpu=0]"}},
-				line{Debug: true, Msg: "Pool ledger", KV: map[string]any{"xr": fx.Namespace + "/m", "cluster": "b", "pool": "h100", "wholeNode": true, "saturated": false, "free": "1x[gpu=0]"}},
+				line{Debug: true, Msg: "Pool ledger", KV: map[string]any{"xr": fx.Namespace + "/m", "cluster": "a", "pool": "h100", "wholeNode": true, "steered": false, "saturated": false, "free": "2x[gpu=0]"}},
+				line{Debug: true, Msg: "Pool ledger", KV: map[string]any{"xr": fx.Namespace + "/m", "cluster": "b", "pool": "h100", "wholeNode": true, "steered": false, "saturated": false, "free": "1x[gpu=0]"}},
 			)},
+		},
+		"DebugLedgerSteered": {
+			reason: "A pool whose report says binding Steered is logged as steered: best fit put the 8-GPU replica on the node with 8 free, not on the empty one.",
+			reqs: []*fnv1.RunFunctionRequest{request(t, fx.Deployment("m").Engines(fx.Standalone("main", fx.GPURequest(8))).Obj(), []any{
+				fx.Cluster("a").Pools(fx.Pool("h100", 3).Devices(fx.GPU("gpu", 16, "80Gi")).Observed(now.Add(-time.Minute), 2, fx.NodesFree(1, "gpu", 8), fx.NodesFree(1, "gpu", 2)).Steered().Obj()).Obj(),
+			}, nil)},
+			ledger: true,
+			want: [][]line{{
+				{Msg: "Called", KV: map[string]any{
+					"xr": fx.Namespace + "/m", "outcome": "placed", "wanted": int64(1), "placed": 1, "kept": 0, "dropped": 0,
+					"replaced": 0, "unplaced": 0, "wholeNode": map[string]int{}, "assumed": 0,
+				}},
+				{Debug: true, Msg: "Pool ledger", KV: map[string]any{"xr": fx.Namespace + "/m", "cluster": "a", "pool": "h100", "wholeNode": false, "steered": true, "saturated": false, "free": "1x[gpu=16] 1x[gpu=2] 1x[gpu=0]"}},
+			}},
 		},
 		"Fatal": {
 			reason: "A Fatal input is one line, with the error and the XR, read before anything else is.",

@@ -364,6 +364,20 @@ func TestRender(t *testing.T) {
 				condReplicasScheduled: {status: statusFalse, reasons: []string{reasonScheduling}},
 			},
 		},
+		"SteeredPoolPacks": {
+			reason: "The h100 pool's nodes have 8 and 4 GPUs free, and its report says binding Steered: " +
+				"accounted with best fit whatever the function assumes (MostFree by default), the " +
+				"4-GPU prefill takes the node with 4 free and the 8-GPU decode the node with 8. " +
+				"Under MostFree alone the prefill would take the node with 8, and nothing would fit.",
+			fixture: "e2e/testdata/steered-pool-packs",
+			replicas: []wantReplica{
+				{id{solo, 0}, map[string][]string{"prefill": {poolH100}, "decode": {poolH100}}},
+			},
+			conditions: map[string]wantCondition{
+				condCapacityObserved:  {status: statusTrue},
+				condReplicasScheduled: {status: statusFalse, reasons: []string{reasonScheduling}},
+			},
+		},
 		"GangNeedsDistinctNodes": {
 			reason: "One schedulable node with 8 free GPUs would hold both pods' 4, but a gang's " +
 				"claiming pods take distinct nodes: the gang does not fit.",

@@ -3,6 +3,7 @@ package observation
 import (
 	"encoding/json"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,37 +11,38 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
 )
 
-// FuzzPool feeds arbitrary bytes into a pool's three report fields and its
-// device list. Pool must never panic, must return one of the four states,
-// and its verdict must agree with an independent reading of the contract's
-// validity rules (docs/spec.md#usable-reports): a Usable report is valid and fresh, and a
-// valid, fresh report is Usable. .ci/run can fuzz it for a fixed time:
+// FuzzPool feeds arbitrary bytes into a pool's three report fields, its
+// binding and its device list. Pool must never panic, must return one of
+// the four states, and its verdict must agree with an independent reading
+// of the contract's validity rules (docs/spec.md#usable-reports): a Usable
+// report is valid and fresh, and a valid, fresh report is Usable, whatever
+// its binding; it is steered exactly when its binding is "Steered". .ci/run can fuzz it for a fixed time:
 //
 //	go test ./observation -run '^$' -fuzz '^FuzzPool$' -fuzztime 20s
 //
 // Without -fuzz, go test runs only the seed corpus.
 func FuzzPool(f *testing.F) {
-	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`3`), []byte(`[{"nodes":2,"free":[{"name":"gpu","count":4}]},{"nodes":1,"free":[{"name":"gpu","count":1}]}]`), []byte{0x40, 0x05}, int64(0), uint16(300))
-	f.Add([]byte(``), []byte(``), []byte(``), []byte{0x40}, int64(0), uint16(300))
-	f.Add([]byte(`null`), []byte(`3`), []byte(`[]`), []byte{0x40}, int64(0), uint16(300))
-	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`-1`), []byte(`[]`), []byte{0x40}, int64(0), uint16(300))
-	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`2.5`), []byte(`[]`), []byte{0x40}, int64(0), uint16(300))
-	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`"3"`), []byte(`{}`), []byte{0x40}, int64(0), uint16(300))
-	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`1e30`), []byte(`[]`), []byte{0x40}, int64(0), uint16(300))
-	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`1`), []byte(`[{"nodes":1,"free":[{"name":"nic","count":1}]}]`), []byte{0x40, 0x16}, int64(0), uint16(300))
-	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`1`), []byte(`[{"nodes":1,"free":[{"name":"gpu","count":1},{"name":"gpu","count":1}]}]`), []byte{0x40}, int64(0), uint16(300))
-	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`1`), []byte(`[{"nodes":2,"free":[{"name":"gpu","count":9}]}]`), []byte{0x40}, int64(0), uint16(300))
-	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`1`), []byte(`[{"nodes":1,"free":[{"name":"tpu","count":1}]}]`), []byte{0x40}, int64(0), uint16(300))
-	f.Add([]byte(`"2026-10-20T20:00:00Z"`), []byte(`0`), []byte(`[]`), []byte{}, int64(360), uint16(300))
-	f.Add([]byte(`"2026-10-20T20:11:00Z"`), []byte(`0`), []byte(`[]`), []byte{}, int64(0), uint16(300))
-	f.Add([]byte(`1792526760`), []byte(`0`), []byte(`[]`), []byte{}, int64(0), uint16(300))
-	f.Add([]byte(`"yesterday"`), []byte(`0`), []byte(`[{"nodes":null}]`), []byte{}, int64(0), uint16(300))
-	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`1`), []byte(`[{"NODES":1,"Free":[{"Name":"gpu","COUNT":4}]}]`), []byte{0x40}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`3`), []byte(`[{"nodes":2,"free":[{"name":"gpu","count":4}]},{"nodes":1,"free":[{"name":"gpu","count":1}]}]`), []byte(`"Steered"`), []byte{0x40, 0x05}, int64(0), uint16(300))
+	f.Add([]byte(``), []byte(``), []byte(``), []byte(``), []byte{0x40}, int64(0), uint16(300))
+	f.Add([]byte(`null`), []byte(`3`), []byte(`[]`), []byte(`"Steered"`), []byte{0x40}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`-1`), []byte(`[]`), []byte(`"steered"`), []byte{0x40}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`2.5`), []byte(`[]`), []byte(`true`), []byte{0x40}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`"3"`), []byte(`{}`), []byte(`{}`), []byte{0x40}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`1e30`), []byte(`[]`), []byte(``), []byte{0x40}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`1`), []byte(`[{"nodes":1,"free":[{"name":"nic","count":1}]}]`), []byte(`"MostFree"`), []byte{0x40, 0x16}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`1`), []byte(`[{"nodes":1,"free":[{"name":"gpu","count":1},{"name":"gpu","count":1}]}]`), []byte(``), []byte{0x40}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`1`), []byte(`[{"nodes":2,"free":[{"name":"gpu","count":9}]}]`), []byte(`"Steered"`), []byte{0x40}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`1`), []byte(`[{"nodes":1,"free":[{"name":"tpu","count":1}]}]`), []byte(``), []byte{0x40}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:00:00Z"`), []byte(`0`), []byte(`[]`), []byte(`"Steered"`), []byte{}, int64(360), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:11:00Z"`), []byte(`0`), []byte(`[]`), []byte(``), []byte{}, int64(0), uint16(300))
+	f.Add([]byte(`1792526760`), []byte(`0`), []byte(`[]`), []byte(`["Steered"]`), []byte{}, int64(0), uint16(300))
+	f.Add([]byte(`"yesterday"`), []byte(`0`), []byte(`[{"nodes":null}]`), []byte(`null`), []byte{}, int64(0), uint16(300))
+	f.Add([]byte(`"2026-10-20T20:06:00Z"`), []byte(`1`), []byte(`[{"NODES":1,"Free":[{"Name":"gpu","COUNT":4}]}]`), []byte(``), []byte{0x40}, int64(0), uint16(300))
 
 	base := time.Date(2026, 10, 20, 20, 6, 0, 0, time.UTC)
-	f.Fuzz(func(t *testing.T, observedAt, observedNodes, histogram, devices []byte, nowOffset int64, maxAgeSeconds uint16) {
-		var fields [3]any
-		for i, b := range [][]byte{observedAt, observedNodes, histogram} {
+	f.Fuzz(func(t *testing.T, observedAt, observedNodes, histogram, binding, devices []byte, nowOffset int64, maxAgeSeconds uint16) {
+		var fields [4]any
+		for i, b := range [][]byte{observedAt, observedNodes, histogram, binding} {
 			if len(b) > 0 && json.Unmarshal(b, &fields[i]) != nil {
 				// Not JSON, or a number out of float range: no request can
 				// carry it.
@@ -54,6 +56,7 @@ func FuzzPool(f *testing.F) {
 			ObservedAt:         fields[0],
 			ObservedNodes:      fields[1],
 			NodesByFreeDevices: fields[2],
+			Binding:            fields[3],
 		}
 		now := base.Add(time.Duration(nowOffset%(1<<40)) * time.Second)
 		maxAge := time.Duration(maxAgeSeconds)*time.Second + time.Second
@@ -118,8 +121,20 @@ func FuzzPool(f *testing.F) {
 		if want.state != rep.State {
 			t.Fatalf("state %s (%s), want %s (%s)", rep.State, rep.Defect, want.state, want.why)
 		}
+		// The binding: "Steered" or none reads without a defect; anything
+		// else is a defect, named, whatever the state.
+		steered := p.Binding == "Steered"
+		if bad := p.Binding != nil && !steered; bad != (rep.BindingDefect != "") {
+			t.Fatalf("binding %#v: defect %q, want one: %t", p.Binding, rep.BindingDefect, bad)
+		}
+		if rep.BindingDefect != "" && !strings.HasPrefix(rep.BindingDefect, "binding: ") {
+			t.Fatalf("binding defect %q does not name the field", rep.BindingDefect)
+		}
 		if rep.State != Usable {
 			return
+		}
+		if obs.Steered != steered {
+			t.Fatalf("binding %#v: steered %t, want %t", p.Binding, obs.Steered, steered)
 		}
 		if !obs.ObservedAt.Equal(want.obs.ObservedAt) || obs.ObservedNodes != want.obs.ObservedNodes || len(obs.Buckets) != len(want.obs.Buckets) {
 			t.Fatalf("observation %+v, want %+v", obs, want.obs)

@@ -1,8 +1,9 @@
 // Package observation reads what the cluster agent reports: each pool's
-// observedNodes, observedAt and nodesByFreeDevices on an InferenceCluster,
-// and each ModelReplica's PodsScheduled condition. It is the one place that
-// knows these status field paths. A report it cannot use becomes a finding
-// that names the object and the field, never a panic or an error.
+// observedNodes, observedAt, nodesByFreeDevices and binding on an
+// InferenceCluster, and each ModelReplica's PodsScheduled condition. It is
+// the one place that knows these status field paths. A report it cannot
+// use becomes a finding that names the object and the field, never a
+// panic or an error.
 package observation
 
 import (
@@ -18,11 +19,12 @@ import (
 
 // The fields of a status.gpuPools[] entry that hold the agent's report. A
 // reader of InferenceClusters passes them on, decoded and unjudged, in
-// GPUPool's ObservedNodes, ObservedAt and NodesByFreeDevices.
+// GPUPool's ObservedNodes, ObservedAt, NodesByFreeDevices and Binding.
 const (
 	FieldObservedNodes      = agentv1alpha1.FieldObservedNodes
 	FieldObservedAt         = agentv1alpha1.FieldObservedAt
 	FieldNodesByFreeDevices = agentv1alpha1.FieldNodesByFreeDevices
+	FieldBinding            = agentv1alpha1.FieldBinding
 )
 
 // State is whether a pool's report can be used for free-device accounting.
@@ -57,6 +59,12 @@ type PoolReport struct {
 
 	// ExpiresAt is when a Usable report goes stale.
 	ExpiresAt time.Time
+
+	// BindingDefect names the binding field and what is wrong with it,
+	// whatever the report's state; empty when it is absent or Steered. A
+	// binding that does not read is ignored: the report is judged, and a
+	// usable one used, as if it had none.
+	BindingDefect string
 
 	// DeviceDefects name the pool's device attributes and capacities that
 	// DRA's CEL cannot read, whatever the report's state. Shared by every
@@ -164,6 +172,13 @@ type poolReading struct {
 
 func readPool(p *v1alpha1.GPUPool) poolReading {
 	r := poolReading{report: PoolReport{Pool: p.Name}, decided: true}
+	// The binding is read apart from the counts: they are right whatever
+	// it says, so a binding that does not read costs the pool its steering,
+	// never its report.
+	steered, defect := poolreport.Binding(p.Binding)
+	if defect != "" {
+		r.report.BindingDefect = FieldBinding + ": " + defect
+	}
 	const missing = "missing while the pool's other observation fields are set"
 	switch {
 	case p.ObservedNodes == nil && p.NodesByFreeDevices == nil:
@@ -210,7 +225,7 @@ func readPool(p *v1alpha1.GPUPool) poolReading {
 	for i, b := range read {
 		buckets[i] = scheduling.Bucket{Nodes: b.Nodes, Free: b.Free}
 	}
-	r.observation = &scheduling.PoolObservation{ObservedAt: observedAt, ObservedNodes: observedNodes, Buckets: buckets}
+	r.observation = &scheduling.PoolObservation{ObservedAt: observedAt, ObservedNodes: observedNodes, Buckets: buckets, Steered: steered}
 	return r
 }
 

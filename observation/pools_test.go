@@ -149,6 +149,56 @@ func TestPool(t *testing.T) {
 				Defect: "observedAt: 2026-10-20T20:11:01Z is 5m1s in the future",
 			}},
 		},
+		"UsableSteered": {
+			reason: "A usable report that says binding Steered is steered.",
+			args:   args{pool: l4().Observed(now, 1, fixture.NodesFree(1, "gpu", 4)).Steered().Obj(), now: now, maxAge: maxAge},
+			want: want{
+				obs: &scheduling.PoolObservation{ObservedAt: now, ObservedNodes: 1, Buckets: []scheduling.Bucket{{Nodes: 1, Free: map[string]int64{"gpu": 4}}}, Steered: true},
+				rep: PoolReport{Pool: "l4", State: Usable, ExpiresAt: now.Add(maxAge)},
+			},
+		},
+		"BindingOtherValueIgnored": {
+			reason: "A binding other than Steered leaves the counts usable, not steered, and is a defect naming the field.",
+			args:   args{pool: l4().Observed(now, 1, fixture.NodesFree(1, "gpu", 4)).RawBinding(`"LeastFree"`).Obj(), now: now, maxAge: maxAge},
+			want: want{
+				obs: &scheduling.PoolObservation{ObservedAt: now, ObservedNodes: 1, Buckets: []scheduling.Bucket{{Nodes: 1, Free: map[string]int64{"gpu": 4}}}},
+				rep: PoolReport{Pool: "l4", State: Usable, ExpiresAt: now.Add(maxAge), BindingDefect: `binding: "LeastFree" is not Steered, the one binding there is`},
+			},
+		},
+		"BindingWrongTypeIgnored": {
+			reason: "A binding of the wrong type leaves the counts usable, not steered, and is a defect naming the field.",
+			args:   args{pool: l4().Observed(now, 1, fixture.NodesFree(1, "gpu", 4)).RawBinding(`true`).Obj(), now: now, maxAge: maxAge},
+			want: want{
+				obs: &scheduling.PoolObservation{ObservedAt: now, ObservedNodes: 1, Buckets: []scheduling.Bucket{{Nodes: 1, Free: map[string]int64{"gpu": 4}}}},
+				rep: PoolReport{Pool: "l4", State: Usable, ExpiresAt: now.Add(maxAge), BindingDefect: "binding: a boolean is not a string"},
+			},
+		},
+		"BindingNullIsAbsent": {
+			reason: "An explicit null binding is no binding, and no defect.",
+			args:   args{pool: l4().Observed(now, 0).RawBinding("null").Obj(), now: now, maxAge: maxAge},
+			want: want{
+				obs: &scheduling.PoolObservation{ObservedAt: now, Buckets: []scheduling.Bucket{}},
+				rep: PoolReport{Pool: "l4", State: Usable, ExpiresAt: now.Add(maxAge)},
+			},
+		},
+		"SteeredButStale": {
+			reason: "Steered says nothing for a report that is not usable: the pool is on whole nodes.",
+			args:   args{pool: l4().Observed(now.Add(-time.Hour), 0).Steered().Obj(), now: now, maxAge: maxAge},
+			want:   want{rep: PoolReport{Pool: "l4", State: Stale, Age: time.Hour}},
+		},
+		"SteeredWithoutAReport": {
+			reason: "A binding without a report is missing, quietly: Steered alone is no report.",
+			args:   args{pool: l4().Steered().Obj(), now: now, maxAge: maxAge},
+			want:   want{rep: PoolReport{Pool: "l4", State: Missing}},
+		},
+		"BadBindingOnAnInvalidReport": {
+			reason: "A binding's defect is named whatever the report's state, beside the report's own defect.",
+			args:   args{pool: l4().RawObservation(q(nowRFC), "-1", `[]`).RawBinding(`"steered"`).Obj(), now: now, maxAge: maxAge},
+			want: want{rep: PoolReport{
+				Pool: "l4", State: Invalid, Defect: "observedNodes: -1 is negative",
+				BindingDefect: `binding: "steered" is not Steered, the one binding there is`,
+			}},
+		},
 		"Missing": {
 			reason: "A pool the agent published nothing for is missing, not invalid.",
 			args:   args{pool: l4().Obj(), now: now, maxAge: maxAge},

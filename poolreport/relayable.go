@@ -7,12 +7,15 @@ import (
 )
 
 // Relayable is a PoolObservation status's report as the relay may copy it
-// onto the pool's entry of an InferenceCluster: its three fields, or nil
-// when it has none (the agent has not reported, or cannot observe the
-// pool). A report with only some of the fields, or outside the bounds the
-// InferenceCluster's schema sets, is an error: copied, it would fail the
-// whole status write. What the schema allows is copied as it is: the
-// function judges it against the pool (docs/spec.md#usable-reports).
+// onto the pool's entry of an InferenceCluster: its three fields, and
+// binding when it is Steered; or nil when it has none of the three (the
+// agent has not reported, or cannot observe the pool). A report with only
+// some of the fields, or outside the bounds the InferenceCluster's schema
+// sets, is an error: copied, it would fail the whole status write. What
+// the schema allows is copied as it is: the function judges it against the
+// pool (docs/spec.md#usable-reports). A binding the schema does not allow
+// (anything but Steered) is left out, so that the report still reaches the
+// function, which then accounts the pool as not steered: the safe side.
 func Relayable(status map[string]any) (map[string]any, error) {
 	fields := agentv1alpha1.ReportFields
 	present := 0
@@ -44,9 +47,12 @@ func Relayable(status map[string]any) (map[string]any, error) {
 			return nil, fmt.Errorf("%s[%d]: %w", agentv1alpha1.FieldNodesByFreeDevices, i, err)
 		}
 	}
-	out := make(map[string]any, len(fields))
+	out := make(map[string]any, len(fields)+1)
 	for _, f := range fields {
 		out[f] = status[f]
+	}
+	if status[agentv1alpha1.FieldBinding] == agentv1alpha1.BindingSteered {
+		out[agentv1alpha1.FieldBinding] = agentv1alpha1.BindingSteered
 	}
 	return out, nil
 }

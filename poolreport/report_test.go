@@ -1,6 +1,7 @@
 package poolreport
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -108,6 +109,31 @@ func TestRelayable(t *testing.T) {
 				"nodesByFreeDevices": []any{map[string]any{"nodes": float64(5), "free": []any{map[string]any{"name": "tpu", "count": float64(3)}}}},
 			}},
 		},
+		"Steered": {
+			reason: "A report that says binding Steered is copied with it.",
+			status: `{observedNodes: 0, observedAt: "2026-10-20T20:06:00Z", nodesByFreeDevices: [], binding: Steered}`,
+			want: want{report: map[string]any{
+				"observedNodes": float64(0), "observedAt": "2026-10-20T20:06:00Z", "nodesByFreeDevices": []any{}, "binding": "Steered",
+			}},
+		},
+		"OtherBindingLeftOut": {
+			reason: "A binding the InferenceCluster's schema does not allow is left out, and the report is still relayed: the function then accounts the pool as not steered.",
+			status: `{observedNodes: 0, observedAt: "2026-10-20T20:06:00Z", nodesByFreeDevices: [], binding: Guessed}`,
+			want: want{report: map[string]any{
+				"observedNodes": float64(0), "observedAt": "2026-10-20T20:06:00Z", "nodesByFreeDevices": []any{},
+			}},
+		},
+		"BindingOfAnotherTypeLeftOut": {
+			reason: "A binding that is not a string is left out too.",
+			status: `{observedNodes: 0, observedAt: "2026-10-20T20:06:00Z", nodesByFreeDevices: [], binding: [Steered]}`,
+			want: want{report: map[string]any{
+				"observedNodes": float64(0), "observedAt": "2026-10-20T20:06:00Z", "nodesByFreeDevices": []any{},
+			}},
+		},
+		"BindingWithoutAReport": {
+			reason: "A binding without the report it belongs to relays nothing.",
+			status: `{binding: Steered}`,
+		},
 		"SomeFields": {
 			reason: "A report with only some of its fields is not relayed.",
 			status: `{observedNodes: 1}`,
@@ -134,6 +160,79 @@ func TestRelayable(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
 				t.Errorf("%s\nRelayable(...): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+func TestBinding(t *testing.T) {
+	type want struct {
+		steered bool
+		defect  string
+	}
+	cases := map[string]struct {
+		reason  string
+		binding string // YAML; empty for none
+		want    want
+	}{
+		"Absent": {
+			reason: "No binding: the cluster's own scheduler picks each pod's node.",
+		},
+		"Steered": {
+			reason:  "Steered is the one binding.",
+			binding: "Steered",
+			want:    want{steered: true},
+		},
+		"OtherValue": {
+			reason:  "Any other value is a defect, and not steered.",
+			binding: "MostFree",
+			want:    want{defect: `"MostFree" is not Steered, the one binding there is`},
+		},
+		"CaseMatters": {
+			reason:  "The value is an enum: its case matters.",
+			binding: "steered",
+			want:    want{defect: `"steered" is not Steered, the one binding there is`},
+		},
+		"Empty": {
+			reason:  "An empty string is a value, not an absent field.",
+			binding: `""`,
+			want:    want{defect: `"" is not Steered, the one binding there is`},
+		},
+		"LongValueCut": {
+			reason:  "A long value is quoted cut, so that a warning stays short.",
+			binding: strings.Repeat("x", 100),
+			want:    want{defect: `"` + strings.Repeat("x", 63) + `"... is not Steered, the one binding there is`},
+		},
+		"Boolean": {
+			reason:  "A value of another type is named by its kind.",
+			binding: "true",
+			want:    want{defect: "a boolean is not a string"},
+		},
+		"Number": {
+			reason:  "A number is not a binding.",
+			binding: "1",
+			want:    want{defect: "a number is not a string"},
+		},
+		"List": {
+			reason:  "A list is named by its kind, never quoted whole.",
+			binding: "[Steered]",
+			want:    want{defect: "a list is not a string"},
+		},
+		"Object": {
+			reason:  "An object is named by its kind.",
+			binding: "{value: Steered}",
+			want:    want{defect: "an object is not a string"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var v any
+			if tc.binding != "" {
+				v = decoded(t, tc.binding)
+			}
+			steered, defect := Binding(v)
+			if diff := cmp.Diff(tc.want, want{steered: steered, defect: defect}, cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("%s\nBinding(%v): -want, +got:\n%s", tc.reason, v, diff)
 			}
 		})
 	}

@@ -41,6 +41,15 @@ func TestCapacity(t *testing.T) {
 				{Pool: PoolRef{"b", "h100"}, Devices: []string{"gpu"}, Largest: []int64{8}, Groups: []NodeGroup{{Nodes: 2, Free: []int64{8}}, {Nodes: 1, Free: []int64{4}}, {Nodes: 1, Free: []int64{2}}}},
 			},
 		},
+		"SteeredPoolPacksBesideAnUnsteeredOne": {
+			reason: "Binding is per pool: of two one-GPU replicas spread over b and c, the one on b (not steered, MostFree) takes a node with 8 free, the one on c (steered) the node with 2, whatever the pass assumes; the plan says which pool is steered.",
+			s: asked(snapshot(deployment(2, 1), []*v1alpha1.InferenceCluster{freeDevice, fx.Cluster("c").Pools(fx.Pool("h100", 4).Devices(gpu).
+				Observed(observedAt, 3, fx.NodesFree(2, "gpu", 8), fx.NodesFree(1, "gpu", 2)).Steered().Obj()).Obj()}), CapacityGroups),
+			want: []PoolCapacity{
+				{Pool: PoolRef{"b", "h100"}, Devices: []string{"gpu"}, Largest: []int64{8}, Groups: []NodeGroup{{Nodes: 2, Free: []int64{8}}, {Nodes: 1, Free: []int64{7}}, {Nodes: 1, Free: []int64{2}}}},
+				{Pool: PoolRef{"c", "h100"}, Steered: true, Devices: []string{"gpu"}, Largest: []int64{8}, Groups: []NodeGroup{{Nodes: 3, Free: []int64{8}}, {Nodes: 1, Free: []int64{1}}}},
+			},
+		},
 		"LargestOnly": {
 			reason: "Asked for the largest free counts only (a server's metrics), a plan says them without the groups: six 8-GPU replicas take every whole node of a, and b's three nodes of 8 free, leaving its node of 2.",
 			s:      asked(snapshot(deployment(6, 8), []*v1alpha1.InferenceCluster{wholeNode, freeDevice}), CapacityLargest),

@@ -21,6 +21,8 @@
 //	#filling                 one pool per engine, first that fits   pass.go
 //	#whole-node-accounting   charging what holds a pool             ledger.go, pass.go
 //	#free-device-accounting, #assumed-binding, #gangs               ledger.go, place.go
+//	#assumed-binding         best fit on a steered pool (bindingOf)  pass.go
+//	#charge-order            the order pods take nodes              schedule.go, pass.go, place.go
 //	#the-counted-rule        Counted                                counted.go
 //	#re-placing              stuck replicas, moves                  schedule.go
 //	#re-placing              what a replica remembers (Replacement) types.go

@@ -272,6 +272,8 @@ func genObservation(c chooser, o genOptions, p gPool) *PoolObservation {
 		obs.ObservedNodes = 1 << 20
 		obs.Buckets = append(obs.Buckets, Bucket{Nodes: 1<<20 - 16, Free: map[string]int64{}})
 	}
+	// A third of the reports say the agent steers the pool.
+	obs.Steered = c.IntN(3) == 0
 	return obs
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 )
 
@@ -31,7 +32,7 @@ func observedPools(c *v1alpha1.InferenceCluster) map[string]*PoolObservation {
 		if err != nil {
 			continue
 		}
-		obs := &PoolObservation{ObservedAt: t, ObservedNodes: nodes}
+		obs := &PoolObservation{ObservedAt: t, ObservedNodes: nodes, Steered: p.Binding == agentv1alpha1.BindingSteered}
 		for _, b := range buckets {
 			bk := Bucket{Nodes: b.Nodes, Free: map[string]int64{}}
 			for _, f := range b.Free {

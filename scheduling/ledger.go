@@ -19,8 +19,12 @@ type nodeGroup struct {
 // Distinct groups never have the same free devices, so the binding rule
 // never meets a tie and the result does not depend on group order.
 type poolLedger struct {
-	whole  bool
-	groups []nodeGroup
+	whole bool
+	// steered is set for a pool whose usable report says binding Steered:
+	// its pods bind where best fit puts them, whatever the pass assumes of
+	// other pools (docs/spec.md#assumed-binding).
+	steered bool
+	groups  []nodeGroup
 	// saturated is set when pods already charged to the pool did not fit it:
 	// the pool takes nothing new until they do, as a whole-node pool whose
 	// free count went negative takes nothing.
@@ -35,7 +39,7 @@ func newWholeNodeLedger(nodes int64) *poolLedger {
 // pool can still grow by. A node that is in observedNodes but not in the
 // histogram (booting, unready or cordoned) counts as neither.
 func newFreeDeviceLedger(p *pool, obs *PoolObservation) *poolLedger {
-	l := &poolLedger{}
+	l := &poolLedger{steered: obs.Steered}
 	index := map[string]int{}
 	for i, d := range p.devices {
 		if _, dup := index[d.spec.Name]; !dup {

@@ -442,14 +442,16 @@ type oracleNodes struct {
 	nodes   map[string][][]int64 // cluster/pool -> nodes
 	full    map[string]bool      // whole-node pools whose charged pods did not fit
 	unfit   map[string]bool      // free-device pools whose charged pods did not fit
+	steered map[string]bool      // pools whose report says binding Steered: best fit, whatever binding says
 }
 
 func poolKey(cluster, pool string) string { return cluster + "/" + pool }
 
 func newOracleNodes(f gFleet, b Binding) *oracleNodes {
-	o := &oracleNodes{f: f, binding: b, nodes: map[string][][]int64{}, full: map[string]bool{}, unfit: map[string]bool{}}
+	o := &oracleNodes{f: f, binding: b, nodes: map[string][][]int64{}, full: map[string]bool{}, unfit: map[string]bool{}, steered: map[string]bool{}}
 	for _, c := range f.clusters {
 		for _, p := range c.pools {
+			o.steered[poolKey(c.name, p.name)] = p.obs != nil && p.obs.Steered
 			var nodes [][]int64
 			if p.obs == nil {
 				for range max(p.nodes, 0) {
@@ -484,7 +486,7 @@ func newOracleNodes(f gFleet, b Binding) *oracleNodes {
 }
 
 func (o *oracleNodes) clone() *oracleNodes {
-	c := &oracleNodes{f: o.f, binding: o.binding, nodes: map[string][][]int64{}, full: o.full, unfit: o.unfit}
+	c := &oracleNodes{f: o.f, binding: o.binding, nodes: map[string][][]int64{}, full: o.full, unfit: o.unfit, steered: o.steered}
 	for k, ns := range o.nodes {
 		cp := make([][]int64, len(ns))
 		for i, n := range ns {
@@ -495,9 +497,10 @@ func (o *oracleNodes) clone() *oracleNodes {
 	return c
 }
 
-// better reports whether node a is a better guess than node b for a pod
-// claiming c: compare the claimed kinds in device order, then all kinds.
-func (o *oracleNodes) better(a, b, c []int64) bool {
+// better reports whether node a of pool key is a better guess than node b
+// for a pod claiming c: compare the claimed kinds in device order, then all
+// kinds; the fewest is best on a steered pool, whatever the binding.
+func (o *oracleNodes) better(key string, a, b, c []int64) bool {
 	cmpAt := func(k int) int { return cmp.Compare(a[k], b[k]) }
 	r := 0
 	for k := range c {
@@ -510,7 +513,7 @@ func (o *oracleNodes) better(a, b, c []int64) bool {
 			r = cmpAt(k)
 		}
 	}
-	if o.binding == LeastFree {
+	if o.binding == LeastFree || o.steered[key] {
 		return r < 0
 	}
 	return r > 0
@@ -529,7 +532,7 @@ func (o *oracleNodes) reserve(key string, gang [][]int64) bool {
 			for k := range c {
 				fits = fits && n[k] >= c[k]
 			}
-			if fits && (best < 0 || o.better(n, nodes[best], c)) {
+			if fits && (best < 0 || o.better(key, n, nodes[best], c)) {
 				best = j
 			}
 		}
@@ -548,7 +551,8 @@ func (o *oracleNodes) reserve(key string, gang [][]int64) bool {
 
 // engineGangs lays an engine's claiming pods out: every pod its own gang,
 // or, when any member is not Standalone, one gang per copy with its biggest
-// claims first.
+// claims first: by the sum of the claim, then the claim compared device by
+// device, so that the members' order does not matter.
 func engineGangs(copies int64, gang bool, members []struct {
 	pods  int64
 	claim []int64
@@ -570,7 +574,27 @@ func engineGangs(copies int64, gang bool, members []struct {
 			}
 		}
 		if len(g) > 0 {
-			slices.SortStableFunc(g, func(a, b []int64) int { return cmp.Compare(sum(b), sum(a)) })
+			bigger := func(a, b []int64) bool {
+				var sa, sb int64
+				for k := range a {
+					sa, sb = sa+a[k], sb+b[k]
+				}
+				if sa != sb {
+					return sa > sb
+				}
+				for k := range a {
+					if a[k] != b[k] {
+						return a[k] > b[k]
+					}
+				}
+				return false
+			}
+			// Insertion sort, biggest first: nothing shared with the ledger.
+			for i := 1; i < len(g); i++ {
+				for j := i; j > 0 && bigger(g[j], g[j-1]); j-- {
+					g[j], g[j-1] = g[j-1], g[j]
+				}
+			}
 			out = append(out, g)
 		}
 	}
@@ -593,7 +617,7 @@ func (o *oracleNodes) reserveUnfit(key string, gangs [][][]int64) {
 				for k := range c {
 					fits = fits && n[k] >= c[k]
 				}
-				if fits && (best < 0 || o.better(n, nodes[best], c)) {
+				if fits && (best < 0 || o.better(key, n, nodes[best], c)) {
 					best = j
 				}
 			}

@@ -40,6 +40,7 @@ type pass struct {
 	now          time.Time
 	replaceAfter time.Duration
 	exclude      map[PoolRef]bool
+	podNodes     bool
 }
 
 func newPass(s Snapshot, engines []engine) *pass {
@@ -52,6 +53,7 @@ func newPass(s Snapshot, engines []engine) *pass {
 		now:          s.Now,
 		replaceAfter: s.Options.ReplaceUnscheduledAfter,
 		stamped:      map[string][]int64{},
+		podNodes:     s.Options.PodNodes,
 	}
 	// Sort every input first: the plan must not depend on the order the
 	// inputs arrived in.
@@ -131,7 +133,8 @@ func parseIndex(s string) int {
 // buildLedger starts every pool of every candidate cluster from its capacity
 // (free-device when its report is usable, whole-node otherwise) and charges
 // the replicas that hold it: every other deployment's, and the ones of this
-// deployment that are kept. Dropped and scaled-down replicas of this
+// deployment that are kept, in the pass's replica order, the first step of
+// docs/spec.md#charge-order. Dropped and scaled-down replicas of this
 // deployment are freeing their nodes and are not charged.
 func (s *pass) buildLedger(kept map[identity]bool) {
 	s.ledger = map[string][]*poolLedger{}
@@ -187,6 +190,17 @@ func (s *pass) charge(r Replica) {
 	}
 }
 
+// bindingOf is the binding a pool's pods are accounted with: best fit on
+// a steered pool, where the agent binds each claiming pod where the ledger
+// assumes it (docs/spec.md#assumed-binding); the pass's assumption
+// elsewhere.
+func (s *pass) bindingOf(l *poolLedger) Binding {
+	if l.steered {
+		return LeastFree
+	}
+	return s.binding
+}
+
 // chargeEngineOnPool books the claiming pods of an observed engine's members
 // pinned to one pool. Pods that do not fit saturate the pool.
 func (s *pass) chargeEngineOnPool(cl *cluster, p *pool, e v1alpha1.ReplicaEngine) {
@@ -205,7 +219,7 @@ func (s *pass) chargeEngineOnPool(cl *cluster, p *pool, e v1alpha1.ReplicaEngine
 		groups = append(groups, g)
 	}
 	d := demand{copies: countOr(e.Copies, 1), gang: gang, members: groups}
-	if _, short := reserveEngine(l, p, d, s.binding); short != nil {
+	if _, short := reserveEngine(l, p, d, s.bindingOf(l)); short != nil {
 		s.chargeUnfit(l, d)
 	}
 }
@@ -219,7 +233,7 @@ func (s *pass) chargeWholeNode(cl *cluster, p *pool) {
 		claim = emptyNode(p)
 	}
 	d := demand{copies: 1, members: []podGroup{{pods: 1, claim: claim}}}
-	if _, short := reserveEngine(l, p, d, s.binding); short != nil {
+	if _, short := reserveEngine(l, p, d, s.bindingOf(l)); short != nil {
 		s.chargeUnfit(l, d)
 	}
 }
@@ -239,7 +253,7 @@ func (s *pass) chargeUnfit(l *poolLedger, d demand) {
 		held := make([][]int64, 0, len(g))
 		for _, c := range g {
 			claim := c
-			i := l.pick(c, s.binding)
+			i := l.pick(c, s.bindingOf(l))
 			if i < 0 {
 				if i = l.pick(make([]int64, len(c)), MostFree); i < 0 {
 					break
@@ -353,13 +367,13 @@ func (s *pass) reserveEngineOn(cl *cluster, ei int, res *reservation) (*EnginePl
 		for mi, mm := range matches {
 			groups[mi] = podGroup{pods: e.members[mi].pods, claim: claimOf(l, mm)}
 		}
-		moves, short := reserveEngine(l, p, demand{copies: e.copies, gang: e.gang, members: groups}, s.binding)
+		moves, short := reserveEngine(l, p, demand{copies: e.copies, gang: e.gang, members: groups}, s.bindingOf(l))
 		if short != nil {
 			shortages = append(shortages, *short)
 			continue
 		}
 		res.moves[l] = append(res.moves[l], moves...)
-		ep := &EnginePlacement{Name: e.name}
+		ep := &EnginePlacement{Name: e.name, PodNodes: s.podNodesOf(l, moves)}
 		for mi, mm := range matches {
 			ep.Members = append(ep.Members, MemberPlacement{Role: e.members[mi].role, Pool: p.name, DeviceRequests: mm.requests})
 		}
@@ -393,7 +407,7 @@ func (s *pass) capacity(detail Capacity) []PoolCapacity {
 	}
 	s.eachLedger(func(cl *cluster, p *pool, l *poolLedger) {
 		n := len(p.devices)
-		c := PoolCapacity{Pool: PoolRef{Cluster: cl.name, Pool: p.name}, WholeNode: l.whole, Saturated: l.saturated}
+		c := PoolCapacity{Pool: PoolRef{Cluster: cl.name, Pool: p.name}, WholeNode: l.whole, Steered: l.steered, Saturated: l.saturated}
 		for _, d := range p.devices {
 			names = append(names, d.spec.Name)
 		}

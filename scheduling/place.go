@@ -57,10 +57,11 @@ func (d demand) smallest() []int64 {
 	return low
 }
 
-// gangs lays out the claiming pods: one gang per copy when the engine is a
-// Leader with Workers, whose pods take distinct nodes; otherwise one gang per
-// pod, free to share a node with any other. Claimless members cost nothing
-// and are left out.
+// gangs lays out the claiming pods, in the order the ledger charges them
+// (docs/spec.md#charge-order): one gang per copy when the engine is a
+// Leader with Workers, whose pods take distinct nodes; otherwise one gang
+// per pod, free to share a node with any other, copy by copy and member by
+// member. Claimless members cost nothing and are left out.
 func (d demand) gangs() [][][]int64 {
 	var gangs [][][]int64
 	for range d.copies {
@@ -78,13 +79,21 @@ func (d demand) gangs() [][][]int64 {
 			}
 		}
 		if d.gang && len(g) > 0 {
-			// Biggest claims first, so a gang's large pods are not crowded
-			// out of the nodes that can take them by its small ones.
-			slices.SortStableFunc(g, func(a, b []int64) int { return cmp.Compare(sum(b), sum(a)) })
+			sortGang(g)
 			gangs = append(gangs, g)
 		}
 	}
 	return gangs
+}
+
+// sortGang orders a gang's claims biggest first, so that its large pods
+// are not crowded out of the nodes that can take them by its small ones:
+// by the sum of the claim, then by the claim, device by device in the
+// pool's order, both descending. The order is total, so it does not depend
+// on the order of the members: an agent that sees only the pods' claims
+// can follow it exactly.
+func sortGang(g [][]int64) {
+	slices.SortFunc(g, func(a, b []int64) int { return cmp.Or(cmp.Compare(sum(b), sum(a)), slices.Compare(b, a)) })
 }
 
 func sum(c []int64) int64 {

@@ -2,8 +2,11 @@ package scheduling
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	gocmp "github.com/google/go-cmp/cmp"
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
@@ -102,6 +105,34 @@ func TestScheduleFreeDevices(t *testing.T) {
 				cluster(h100(2).Observed(observedAt, 2, fx.NodesFree(1, "gpu", 8), fx.NodesFree(1, "gpu", 4)).Obj())), LeastFree),
 			want: want{placed: []string{"a/0 small=h100[gpu:4] big=h100[gpu:8] +"}},
 		},
+		"SteeredPacksUnderMostFree": {
+			reason: "A pool whose report says binding Steered is accounted with best fit whatever the assumed binding: under MostFree it packs as LeastFree, and the 8-GPU engine fits.",
+			snapshot: binding(snapshot(fx.Deployment("m").Engines(fx.Standalone("small", anyGPU(4)), fx.Standalone("big", anyGPU(8))).Obj(),
+				cluster(h100(2).Observed(observedAt, 2, fx.NodesFree(1, "gpu", 8), fx.NodesFree(1, "gpu", 4)).Steered().Obj())), MostFree),
+			want: want{placed: []string{"a/0 small=h100[gpu:4] big=h100[gpu:8] +"}},
+		},
+		"SteeredChargesPackToo": {
+			reason: "Pods charged to a steered pool take the best-fit node too: another team's 4-GPU replica, not yet counted, takes the node with 4 free, and leaves the node with 8 for an 8-GPU replica.",
+			snapshot: binding(snapshot(fx.Deployment("m").Engines(fx.Standalone("big", anyGPU(8))).Obj(),
+				cluster(h100(2).Observed(observedAt, 2, fx.NodesFree(1, "gpu", 8), fx.NodesFree(1, "gpu", 4)).Steered().Obj()),
+				fx.Replica("other", "a", 0).Engines(fx.PinnedStandalone("main", "h100", stamped(4))).Obj()), MostFree),
+			want: want{placed: []string{"a/0 big=h100[gpu:8] +"}},
+		},
+		"UnsteeredChargesSpread": {
+			reason: "The same charge on the same pool without Steered, under MostFree, takes the node with 8 free, and the 8-GPU replica fits nowhere.",
+			snapshot: binding(snapshot(fx.Deployment("m").Engines(fx.Standalone("big", anyGPU(8))).Obj(),
+				cluster(h100(2).Observed(observedAt, 2, fx.NodesFree(1, "gpu", 8), fx.NodesFree(1, "gpu", 4)).Obj()),
+				fx.Replica("other", "a", 0).Engines(fx.PinnedStandalone("main", "h100", stamped(4))).Obj()), MostFree),
+			want: want{shortfall: cannotHost(capacity("a", "big", roomFor("h100", 1, []DeviceCount{{Name: "gpu", Count: 8}}, 0)))},
+		},
+		"SteeredWithoutAReportIsWholeNode": {
+			reason:   "Steered belongs to a usable report: a pool with none is accounted by whole nodes, one replica per node.",
+			snapshot: snapshot(oneGPU().Replicas(8).Obj(), cluster(l4(2).Steered().Obj())),
+			want: want{
+				placed:    fourNodesOf(2),
+				shortfall: cannotHost(capacity("a", "main", wholeNodes("l4", 1, 0))),
+			},
+		},
 		"ScheduledBeforeObservationIsCounted": {
 			reason: "A replica whose pods scheduled strictly before observedAt is already in the histogram and not charged again.",
 			snapshot: snapshot(oneGPU().Obj(), cluster(l4(1).Observed(observedAt, 1, fx.NodesFree(1, "gpu", 1)).Obj()),
@@ -199,6 +230,53 @@ func TestScheduleFreeDevices(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			checkPlan(t, tc.reason, tc.snapshot, tc.want.placed, tc.want.shortfall)
+		})
+	}
+}
+
+func TestGangs(t *testing.T) {
+	cases := map[string]struct {
+		reason string
+		d      demand
+		want   [][][]int64
+	}{
+		"StandaloneCopyThenMember": {
+			reason: "A Standalone engine's pods are each a gang of one, copy by copy, and member by member within a copy, unsorted.",
+			d:      demand{copies: 2, members: []podGroup{{pods: 1, claim: []int64{1, 0}}, {pods: 1, claim: []int64{4, 0}}}},
+			want:   [][][]int64{{{1, 0}}, {{4, 0}}, {{1, 0}}, {{4, 0}}},
+		},
+		"ClaimlessLeftOut": {
+			reason: "A claimless member costs nothing and is no pod of the layout.",
+			d:      demand{copies: 1, gang: true, members: []podGroup{{pods: 1}, {pods: 2, claim: []int64{2}}}},
+			want:   [][][]int64{{{2}, {2}}},
+		},
+		"GangBiggestSumFirst": {
+			reason: "A gang's claims go biggest first, by their sum.",
+			d:      demand{copies: 1, gang: true, members: []podGroup{{pods: 1, claim: []int64{1, 0}}, {pods: 2, claim: []int64{0, 4}}}},
+			want:   [][][]int64{{{0, 4}, {0, 4}, {1, 0}}},
+		},
+		"GangEqualSumsByClaim": {
+			reason: "Claims of equal sums go by the claim, device by device in pool order, descending: the order is total.",
+			d:      demand{copies: 2, gang: true, members: []podGroup{{pods: 1, claim: []int64{0, 2}}, {pods: 1, claim: []int64{1, 1}}, {pods: 1, claim: []int64{2, 0}}}},
+			want:   [][][]int64{{{2, 0}, {1, 1}, {0, 2}}, {{2, 0}, {1, 1}, {0, 2}}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := gocmp.Diff(tc.want, tc.d.gangs()); diff != "" {
+				t.Errorf("%s\ngangs(): -want, +got:\n%s", tc.reason, diff)
+			}
+			if !tc.d.gang {
+				return
+			}
+			// A gang's order is the claims', not the members': an agent that
+			// sees only the pods' claims follows it exactly.
+			reversed := tc.d
+			reversed.members = slices.Clone(tc.d.members)
+			slices.Reverse(reversed.members)
+			if diff := gocmp.Diff(tc.want, reversed.gangs()); diff != "" {
+				t.Errorf("%s\ngangs() of the members reversed: -want, +got:\n%s", tc.reason, diff)
+			}
 		})
 	}
 }

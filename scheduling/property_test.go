@@ -620,6 +620,47 @@ func replicaOf(f gFleet, p Placement) gReplica {
 	return r
 }
 
+// TestPropertySteeredIgnoresAssumedBinding: where every usable report says
+// binding Steered, the assumed binding changes nothing: the same plan and
+// the same ledger under MostFree and LeastFree (docs/spec.md#assumed-binding).
+func TestPropertySteeredIgnoresAssumedBinding(t *testing.T) {
+	differ := 0
+	for seed := range uint64(propertySeeds) {
+		f := genFleet(seeded(seed), genOptions{observe: true})
+		plans := map[Binding]*Plan{}
+		for _, steered := range []bool{true, false} {
+			for _, c := range f.clusters {
+				for _, p := range c.pools {
+					if p.obs != nil {
+						p.obs.Steered = steered
+					}
+				}
+			}
+			for _, b := range []Binding{MostFree, LeastFree} {
+				s := f.snapshot()
+				s.Options.Binding, s.Options.Capacity = b, CapacityGroups
+				plan, err := Schedule(s)
+				if err != nil {
+					t.Fatalf("seed %d: Schedule: %v", seed, err)
+				}
+				plans[b] = plan
+			}
+			diff := gocmp.Diff(plans[MostFree], plans[LeastFree])
+			switch {
+			case steered && diff != "":
+				t.Errorf("seed %d: every report steered, MostFree against LeastFree: -MostFree, +LeastFree:\n%s", seed, diff)
+			case !steered && diff != "":
+				differ++
+			}
+		}
+	}
+	// Else the fleets would not tell the bindings apart, and the property
+	// would hold for want of a difference.
+	if differ < propertySeeds/20 {
+		t.Errorf("only %d of %d fleets planned differently under MostFree and LeastFree unsteered; the generator is too loose", differ, propertySeeds)
+	}
+}
+
 // TestPropertyFreeDeviceEqualsNodeOracle: with agent reports, the plan is
 // the one a node-by-node reading of the contract gives.
 func TestPropertyFreeDeviceEqualsNodeOracle(t *testing.T) {

@@ -65,6 +65,14 @@ func TestSteeringAgreesWithTheLedger(t *testing.T) {
 			for _, p := range ordered[i : i+n] {
 				claims = append(claims, p.Claim)
 			}
+			// The ledger lays a gang out by its own sort, whatever order
+			// its members come in: the agent's order must be that one.
+			ledgerOrder := slices.Clone(claims)
+			rng.Shuffle(len(ledgerOrder), func(i, j int) { ledgerOrder[i], ledgerOrder[j] = ledgerOrder[j], ledgerOrder[i] })
+			sortGang(ledgerOrder)
+			if diff := cmp.Diff(ledgerOrder, claims); diff != "" {
+				t.Fatalf("run %d: the agent orders a gang's claims otherwise than the ledger: -ledger, +agent:\n%s", run, diff)
+			}
 			l.reserveGang(claims, LeastFree)
 			i += n
 		}

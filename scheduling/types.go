@@ -50,6 +50,12 @@ type Options struct {
 	// Capacity is how much the plan says of what each pool had left
 	// (Plan.Capacity), for a server's metrics and debug log.
 	Capacity Capacity
+
+	// PodNodes, when true, has each engine the pass places on a pool with
+	// a usable report say where the ledger assumed its claiming pods bind
+	// (EnginePlacement.PodNodes), for the fleet simulator to hold a binder
+	// to.
+	PodNodes bool
 }
 
 // Snapshot is everything one scheduling pass reads.
@@ -97,6 +103,12 @@ type PoolObservation struct {
 
 	// Buckets group the pool's schedulable nodes by their free devices.
 	Buckets []Bucket
+
+	// Steered is whether the report says binding Steered: the agent binds
+	// each claiming pod of the pool where best fit puts it, so the pool is
+	// accounted as LeastFree whatever Options.Binding says
+	// (docs/spec.md#assumed-binding).
+	Steered bool
 }
 
 // Bucket is a number of nodes with exactly the same free devices.
@@ -237,6 +249,10 @@ type Placement struct {
 type EnginePlacement struct {
 	Name    string
 	Members []MemberPlacement
+	// PodNodes are, with Options.PodNodes, the claiming pods of an engine
+	// the pass placed on a free-device pool, as the ledger charged them;
+	// nil otherwise.
+	PodNodes []PodNode
 }
 
 // MemberPlacement is a member's pool and the DRA requests each of its pods
@@ -269,10 +285,11 @@ const (
 // taken ones none.
 type PoolCapacity struct {
 	Pool PoolRef
-	// WholeNode is whether the pool was accounted in whole nodes, and
-	// Saturated whether pods charged to it did not fit, so that it took
-	// nothing new.
-	WholeNode, Saturated bool
+	// WholeNode is whether the pool was accounted in whole nodes, Steered
+	// whether by free devices with best fit because its report says the
+	// agent steers it, and Saturated whether pods charged to it did not
+	// fit, so that it took nothing new.
+	WholeNode, Steered, Saturated bool
 	// Devices are the pool's device names, in its order; Largest and a
 	// group's Free count each.
 	Devices []string

@@ -34,11 +34,48 @@ const (
 	GPULeastFree Binder = "gpu-least-free"
 	// Random binds to any node the pod fits, uniformly.
 	Random Binder = "random"
+	// Steered is kube-default behind a steering cluster agent
+	// (docs/spec.md#steering), deciding with the agent's own code
+	// (agent.Steer). Each round is one of the agent's windows: per pool,
+	// the claiming pods not bound and not yet released are held and
+	// decided together, on the nodes' free devices as the agent counts
+	// them (agent.Counter), in the ledger's charge order, a gang's pods on
+	// distinct nodes. Each pod decided to a node is pinned there (a
+	// required node affinity `matchFields metadata.name In [node]`) and
+	// bound by sim/kube, whose filters and allocator must still admit it;
+	// one they turn away is deleted and made again by its controller, a
+	// gang's whole group with it (held, and decided again the next round).
+	// A pod decided to no node is released unpinned, and from then on
+	// binds as kube-default binds it, as do claimless pods. The agent
+	// decides on the cluster as its informers hold it, which do not lag:
+	// here, on the simulated cluster as it is. A lagging agent's reports
+	// lag; its decisions do not. Without an agent (whole-node), or once
+	// it is silent (Agent.StopAfter), nothing is held: kube-default binds.
+	Steered Binder = "steered"
+	// SteeredPreferred is Steered with a preferred node affinity (weight
+	// 100) to the decided node instead of a pin: kube-default then binds
+	// the pod where its scores say, which the other scores can outvote
+	// (Steering.Outvoted). A pod is decided once, and kube-scheduler's from
+	// then on.
+	SteeredPreferred Binder = "steered-preferred"
 )
 
 // Binders are every binder, the default first.
 func Binders() []Binder {
-	return []Binder{KubeDefault, KubeMostAllocated, GPUMostFree, GPULeastFree, Random}
+	return []Binder{KubeDefault, KubeMostAllocated, GPUMostFree, GPULeastFree, Random, Steered, SteeredPreferred}
+}
+
+// steers says whether a steering agent decides the binder's pods.
+func (b Binder) steers() bool { return b == Steered || b == SteeredPreferred }
+
+// Runs says whether a run of the binder in the mode measures anything. A
+// steering agent needs an agent: without one (whole-node) nothing is
+// steered. The function accounts a steered pool by best fit whatever
+// assumedBinding says, once the pool's report says binding: Steered
+// (reportSteered); until it reads that, the steering binders run in the
+// modes whose ledger assumes LeastFree, the same rule.
+func (b Binder) Runs(m Mode) bool {
+	return !b.steers() || (m.Agent.Enabled && m.Binding == scheduling.LeastFree)
 }
 
 // ParseBinder reads a binder name.
@@ -66,7 +103,9 @@ func (b Binder) bind(ctx context.Context, p *pod, rng *rand.Rand) (bool, error) 
 		return false, nil
 	}
 	c := p.replica.cluster
-	if b == KubeDefault || b == KubeMostAllocated {
+	if b == KubeDefault || b == KubeMostAllocated || b.steers() {
+		// A steering binder's pods come here once released (or when they
+		// claim nothing): kube-scheduler's from then on.
 		node, _, err := c.kube.Schedule(ctx, p.kube, b.profile(), rng)
 		return node != "", err
 	}

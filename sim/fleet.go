@@ -39,6 +39,8 @@ import (
 	"slices"
 	"time"
 
+	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
+
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -144,6 +146,10 @@ type simPool struct {
 	// claimed is what the pods pinned to the pool claim, bound or
 	// Pending.
 	claimed int64
+	// counter counts the pool's nodes as a steering agent does, and
+	// counted is its last count of each node (steerNodes).
+	counter *agent.Counter
+	counted map[*kube.Node]countedNode
 }
 
 // gpus is how many GPUs the pool's nodes have.
@@ -222,6 +228,9 @@ type simCluster struct {
 	name  string
 	pools []*simPool
 	kube  *kube.Cluster
+	// steered is whether an agent steers every pool of the cluster
+	// (Steered, SteeredPreferred).
+	steered bool
 }
 
 func (c *simCluster) pool(name string) *simPool {
@@ -277,6 +286,9 @@ func (c *simCluster) object() *v1alpha1.InferenceCluster {
 		pool := fixture.Pool(p.spec.Name, int64(len(p.nodes))).Devices(p.device()).Obj()
 		if s := p.published; s != nil {
 			s.report.Fill(&pool)
+			if c.steered {
+				reportSteered(&pool)
+			}
 		}
 		pools = append(pools, pool)
 	}
@@ -286,3 +298,10 @@ func (c *simCluster) object() *v1alpha1.InferenceCluster {
 	obj.Metadata.UID = "uid-" + c.name
 	return obj
 }
+
+// reportSteered makes the report of a pool an agent steers say binding:
+// Steered (docs/spec.md#steering), as the agent's does while steering is in
+// force, so the function accounts the pool by best fit whatever its
+// assumedBinding. The steering binders still run only in the modes whose
+// ledger assumes LeastFree (Binder.Runs), which best fit equals.
+func reportSteered(p *v1alpha1.GPUPool) { p.Binding = agentv1alpha1.BindingSteered }

@@ -168,21 +168,29 @@ func (c *Cache) compiled() *scheduling.Selectors {
 
 // Reconcile implements Reconciler.
 func (d Direct) Reconcile(dep *v1alpha1.ModelDeployment, clusters []*v1alpha1.InferenceCluster, replicas []*v1alpha1.ModelReplica, now time.Time) ([]*v1alpha1.ModelReplica, error) {
+	out, _, err := d.reconcilePodNodes(dep, clusters, replicas, now)
+	return out, err
+}
+
+// reconcilePodNodes reconciles, and says where the ledger assumed the
+// claiming pods of each replica it composed anew bind.
+func (d Direct) reconcilePodNodes(dep *v1alpha1.ModelDeployment, clusters []*v1alpha1.InferenceCluster, replicas []*v1alpha1.ModelReplica, now time.Time) ([]*v1alpha1.ModelReplica, replicaPodNodes, error) {
 	settings, err := plan.Read(&d.Input)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reconcile %s: %w", dep.Metadata.Name, err)
+		return nil, nil, fmt.Errorf("cannot reconcile %s: %w", dep.Metadata.Name, err)
 	}
 	cs, rs := d.Cache.observe(clusters, replicas, now, settings.ObservationMaxAge)
 	planner := plan.Planner{Selectors: d.Cache.compiled(), Ledger: d.Servers.ledger()}
 	fleet := &shown{replicas: replicas}
-	out, err := planner.Plan(context.Background(), plan.Call{Deployment: dep, Settings: settings, Clusters: cs, Replicas: rs, Now: now, Shown: fleet})
+	out, err := planner.Plan(context.Background(), plan.Call{Deployment: dep, Settings: settings, Clusters: cs, Replicas: rs, Now: now, Shown: fleet, PodNodes: true})
 	if err == nil && out.Kind == plan.InvalidSelector {
 		err = out.Invalid
 	}
 	if err != nil {
-		return nil, fmt.Errorf("cannot schedule %s: %w", dep.Metadata.Name, err)
+		return nil, nil, fmt.Errorf("cannot schedule %s: %w", dep.Metadata.Name, err)
 	}
 	composed := make([]*v1alpha1.ModelReplica, 0, len(out.Plan.Replicas))
+	podNodes := replicaPodNodes{}
 	for _, p := range out.Plan.Replicas {
 		if p.AsObserved {
 			// Kept exactly as observed, as the function keeps it.
@@ -191,7 +199,16 @@ func (d Direct) Reconcile(dep *v1alpha1.ModelDeployment, clusters []*v1alpha1.In
 			}
 			continue
 		}
-		composed = append(composed, compose.Replica(dep, p))
+		r := compose.Replica(dep, p)
+		composed = append(composed, r)
+		for _, e := range p.Engines {
+			if e.PodNodes != nil {
+				if podNodes[r.Metadata.Name] == nil {
+					podNodes[r.Metadata.Name] = map[string][]scheduling.PodNode{}
+				}
+				podNodes[r.Metadata.Name][e.Name] = e.PodNodes
+			}
+		}
 	}
-	return composed, nil
+	return composed, podNodes, nil
 }

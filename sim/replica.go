@@ -25,6 +25,19 @@ type pod struct {
 	// claim is how many GPUs the pod's claim asks for.
 	claim int64
 	kube  *kube.Pod
+	// engine is the index of the pod's engine in its replica, and gang
+	// its LeaderWorkerSet group ("" for a Deployment's pod): where the
+	// ledger charges it (agent.ChargeOrder).
+	engine int
+	gang   string
+	// steer is what a steering agent did with the pod (Steered).
+	steer steerState
+	// groups are the free devices of the nodes the ledger assumed, in the
+	// call that placed the replica, for the pods interchangeable with
+	// this one (same engine, pool and claim); ownGroups those it assumed
+	// for the pods of this replica's engine of the same claim. Shared by
+	// those pods, each group matched once; nil where it assumed none.
+	groups, ownGroups groups
 }
 
 func (p *pod) bound() bool { return p.kube.Node() != "" }
@@ -83,7 +96,10 @@ func newReplica(c *simCluster, obj *v1alpha1.ModelReplica, deployment string, se
 		if err != nil {
 			return nil, fmt.Errorf("cannot make the pods of replica %s: %w", obj.Metadata.Name, err)
 		}
-		r.pods = append(r.pods, &pod{replica: r, pool: r.cluster.pool(cp.Pod.Spec.NodeSelector[v1alpha1.LabelPool]), claim: claim, kube: p})
+		engine := slices.IndexFunc(obj.Spec.Engines, func(e v1alpha1.ReplicaEngine) bool {
+			return v1alpha1.WorkloadName(obj.Metadata.Name, e.Name) == cp.Workload
+		})
+		r.pods = append(r.pods, &pod{replica: r, pool: r.cluster.pool(cp.Pod.Spec.NodeSelector[v1alpha1.LabelPool]), claim: claim, kube: p, engine: engine, gang: cp.Gang})
 		if o := cp.Owner; !owners[o.Kind+"/"+o.Name] {
 			owners[o.Kind+"/"+o.Name] = true
 			r.owners = append(r.owners, ownerOf(cp.Pod.Namespace, o))

@@ -236,10 +236,22 @@ kube-scheduler v1.37's default profile (cpu/memory LeastAllocated,
 BalancedAllocation, ImageLocality, spreading, PreferNoSchedule taints; no
 GPU scoring), kube-most-allocated the same with NodeResourcesFit
 MostAllocated; gpu-most-free and gpu-least-free rank nodes by free GPUs, as
-no kube-scheduler profile does, and random picks any node that fits. Every
-binder filters with the structured DRA allocator (sim/kube), and
+no kube-scheduler profile does, and random picks any node that fits.
+steered is kube-default behind a steering cluster agent
+(docs/spec.md#steering): each round, per pool, the agent's own decision
+core (agent.Steer) decides the claiming pods not yet bound together, by
+best fit in the ledger's charge order, and pins each to its node (a
+required node affinity by name) for sim/kube to bind there. A pod it fits
+nowhere is released unpinned, for kube-default. The agent decides on the
+cluster as it is (its informers do not lag), so a lagging agent's reports
+lag and its decisions do not; a silent agent holds nothing. Steering
+needs an agent, and the function accounts a steered pool by best fit
+whatever assumedBinding says: the steered binders run in the agent modes
+assuming LeastFree only. steered-preferred prefers the decided node
+(weight 100) instead of pinning it, and kube-default's scores decide.
+Every binder filters with the structured DRA allocator (sim/kube), and
 docs/calibration.md checks kube-default and kube-most-allocated against
-kube-scheduler's own framework. A node that ran a replica holds its
+kube-scheduler's own framework, pinned pods included. A node that ran a replica holds its
 serving image (8 GiB unless -image-size says otherwise) from 2 minutes
 after the pod bound (-image-pull) and keeps it; ImageLocality scores it. The function runs with its defaults (observationMaxAge 5m,
 replaceUnscheduledAfter 15m) but for assumedBinding, which the mode sets.

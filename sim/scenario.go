@@ -386,3 +386,26 @@ func ScaleAtOnce() Scenario {
 	}
 	return sc
 }
+
+// ManyCopies is deployments whose replicas run many copies of one engine
+// (one Deployment of several pods each): 8 copies of 1 GPU, 4 of 2 or 2
+// of 4, 8 GPUs a replica, twelve deployments of 10 replicas arriving 30s
+// apart on 4 clusters of two pools of eight 8xH100 nodes (demand about 94%
+// of the fleet), the first two halving at round 40. kube-scheduler's
+// default spreading scores the copies of one Deployment apart, against
+// best fit: the workload a preferred node affinity (SteeredPreferred) is
+// measured on, against a pin (Steered).
+func ManyCopies() Scenario {
+	sc := Scenario{Name: "h100-many-copies", Summary: "replicas of 8 copies of 1 GPU, 4 of 2 or 2 of 4 (one Deployment each) on 8xH100", Clusters: Fleet(4, h100Pools()...), Shapes: map[string]Shape{}, Rounds: 90}
+	for i := range 12 {
+		copies := []int64{8, 4, 2}[i%3]
+		n := fmt.Sprintf("h100-copies-%02d-%dx%dgpu", i, copies, 8/copies)
+		d := withTemplates(fixture.Deployment("x").Engines(fixture.Copies(fixture.Standalone("main", fixture.Request(DeviceName, 8/copies, fixture.MemAtLeast80Gi)), copies)).Obj())
+		sc.Events = append(sc.Events, Event{Round: 3 * i, Name: n, Replicas: 10, Deployment: d})
+		sc.Shapes[n] = Shape{Engines: 1, Pods: int(copies), GPUs: 8 / copies}
+		if i < 2 {
+			sc.Events = append(sc.Events, Event{Round: 40, Name: n, Replicas: 5})
+		}
+	}
+	return sc
+}

@@ -141,8 +141,10 @@ type Result struct {
 	StuckPods []string
 	StuckOn   map[string]int
 	// Binds says where claiming pods landed against each assumedBinding's
-	// prediction.
+	// prediction, and against the groups the ledger assumed for them.
 	Binds Binds
+	// Steering counts a steering binder's decisions.
+	Steering Steering
 	// Overcommit counts the pods of replicas created onto a pool whose
 	// pods (bound or Pending, the new replica's included) then claim more
 	// GPUs than the pool has: not all of them can bind, whatever node
@@ -199,6 +201,8 @@ type state struct {
 	// uids number the deployments that arrived, so that one deleted and
 	// created again under its name has another uid, as an API object.
 	uids int
+	// steering counts a steering binder's decisions.
+	steering Steering
 }
 
 // pull is a node's pull of a pod's images, done at done.
@@ -213,6 +217,11 @@ type pull struct {
 // with as many GPUs free as the node each assumedBinding predicts.
 type Binds struct {
 	claiming, mostFree, leastFree int
+	// Groups are the claiming pods bound against the groups the ledger
+	// assumed for them. Under a steering binder, Groups counts those the
+	// agent decided to a node, Unpinned those it released unpinned, and
+	// Unheld those kube-default bound while no live agent held them.
+	Groups, Unpinned, Unheld Agreement
 }
 
 // Claiming is how many claiming pods bound.
@@ -304,6 +313,7 @@ func newState(cfg Config) (*state, error) {
 		if err != nil {
 			return nil, err
 		}
+		c.steered = cfg.Binder.steers()
 		s.clusters = append(s.clusters, c)
 	}
 	return s, nil
@@ -366,6 +376,7 @@ func (s *state) finish(res *Result) {
 	}
 	res.Placed = len(s.replicas)
 	res.Binds = s.binds
+	res.Steering = s.steering
 	res.Overcommit = s.overcommit
 	for _, n := range s.moves {
 		res.Moves += n
@@ -520,14 +531,20 @@ func (s *state) reconcile(now time.Time) (bool, int, error) {
 			objs = append(objs, r.obj)
 		}
 		desired := make([][]*v1alpha1.ModelReplica, len(batch))
+		podNodes := make([]replicaPodNodes, len(batch))
 		for i, name := range batch {
 			var err error
-			if desired[i], err = s.cfg.Reconciler.Reconcile(s.deployments[name], clusters, objs, now); err != nil {
+			if pr, ok := s.cfg.Reconciler.(podNodesReconciler); ok {
+				desired[i], podNodes[i], err = pr.reconcilePodNodes(s.deployments[name], clusters, objs, now)
+			} else {
+				desired[i], err = s.cfg.Reconciler.Reconcile(s.deployments[name], clusters, objs, now)
+			}
+			if err != nil {
 				return false, 0, err
 			}
 		}
 		for i, name := range batch {
-			c, err := s.apply(name, desired[i], now)
+			c, err := s.apply(name, desired[i], podNodes[i], now)
 			if err != nil {
 				return false, 0, err
 			}
@@ -557,8 +574,9 @@ func (s *state) collect() (bool, error) {
 // apply makes a deployment's replicas the desired ones: deletes the rest,
 // creates the new with their pods, re-creates the pods of one the function
 // re-placed onto another pool (same name, new pins), and keeps the
-// annotations it writes.
-func (s *state) apply(name string, desired []*v1alpha1.ModelReplica, now time.Time) (bool, error) {
+// annotations it writes. The new pods take the groups the call's ledger
+// assumed for them (podNodes).
+func (s *state) apply(name string, desired []*v1alpha1.ModelReplica, podNodes replicaPodNodes, now time.Time) (bool, error) {
 	want := map[string]*v1alpha1.ModelReplica{}
 	for _, d := range desired {
 		want[d.Metadata.Name] = d
@@ -584,6 +602,7 @@ func (s *state) apply(name string, desired []*v1alpha1.ModelReplica, now time.Ti
 	if err != nil {
 		return false, err
 	}
+	calls := map[string]groups{}
 	for _, d := range desired {
 		if r := have[d.Metadata.Name]; r != nil {
 			if !maps.Equal(r.obj.Metadata.Annotations, d.Metadata.Annotations) {
@@ -612,6 +631,7 @@ func (s *state) apply(name string, desired []*v1alpha1.ModelReplica, now time.Ti
 			return false, err
 		}
 		r.origin = s.seq
+		r.assume(podNodes[d.Metadata.Name], calls)
 		if from := s.moved(d, dropped, now); from != nil {
 			r.origin = from.origin
 		}
@@ -711,12 +731,20 @@ func (s *state) cluster(name string) *simCluster {
 // kube-scheduler's queue orders pods of one priority), and marks replicas
 // whose pods are now all bound PodsScheduled at t.
 func (s *state) bind(ctx context.Context, t time.Time) (bool, error) {
+	changed := false
+	steering := s.agentSteers(t)
+	if steering {
+		var err error
+		if changed, err = s.steer(ctx, t); err != nil {
+			return false, err
+		}
+	}
 	queue := slices.Clone(s.replicas)
 	slices.SortFunc(queue, func(a, b *replica) int { return cmp.Compare(a.seq, b.seq) })
-	changed := false
 	for _, r := range queue {
 		for _, p := range r.pods {
-			if p.bound() {
+			if p.bound() || steering && p.held() {
+				// A held pod waits for the agent's next window.
 				continue
 			}
 			predict := s.predict(p)
@@ -726,10 +754,7 @@ func (s *state) bind(ctx context.Context, t time.Time) (bool, error) {
 			}
 			if ok {
 				predict()
-				s.pulls = append(s.pulls, pull{cluster: r.cluster, node: p.kube.Node(), images: p.kube.Images(), done: t.Add(s.cfg.ImagePull)})
-				if s.cfg.ImagePull == 0 {
-					s.pulled(t)
-				}
+				s.pulling(p, t)
 			}
 			changed = changed || ok
 		}
@@ -742,11 +767,21 @@ func (s *state) bind(ctx context.Context, t time.Time) (bool, error) {
 	return changed, nil
 }
 
+// pulling starts the pull of a pod's images on the node it bound to at t.
+func (s *state) pulling(p *pod, t time.Time) {
+	s.pulls = append(s.pulls, pull{cluster: p.replica.cluster, node: p.kube.Node(), images: p.kube.Images(), done: t.Add(s.cfg.ImagePull)})
+	if s.cfg.ImagePull == 0 {
+		s.pulled(t)
+	}
+}
+
 // predict notes, before a claiming pod binds, the free GPUs of the node
 // each assumedBinding would have it take (MostFree: the most free of the
 // nodes whose free GPUs cover its claim; LeastFree: the fewest), and
-// returns what records, once it bound, whether its node had that many.
-// Nodes are compared by free count, as the ledger groups them.
+// returns what records, once it bound, whether its node had that many,
+// and whether it had the free devices of a group the ledger assumed for
+// the pod (Agreement). Nodes are compared by free count, as the ledger
+// groups them.
 func (s *state) predict(p *pod) func() {
 	if p.claim == 0 || p.pool == nil {
 		return func() {}
@@ -774,6 +809,14 @@ func (s *state) predict(p *pod) func() {
 		if f == least {
 			s.binds.leastFree++
 		}
+		agreement := &s.binds.Groups
+		switch {
+		case p.steer == unpinned:
+			agreement = &s.binds.Unpinned
+		case p.steer == undecided && s.cfg.Binder.steers():
+			agreement = &s.binds.Unheld
+		}
+		agreement.record(p, []int64{f})
 	}
 }
 

@@ -101,6 +101,12 @@ func TestGPURankedBinders(t *testing.T) {
 // (docs/spec.md#gangs) wants three nodes.
 func TestGangPodsShareNodes(t *testing.T) {
 	for _, b := range Binders() {
+		if b.steers() {
+			// A steering agent decides a gang's pods together, on
+			// distinct nodes (TestSteeredBinder); bind is what binds them
+			// once released unpinned, kube-default.
+			continue
+		}
 		t.Run(string(b), func(t *testing.T) {
 			c := testCluster(t, 2)
 			r := testReplica(t, c, 1, 4, 2)

@@ -41,10 +41,10 @@ type Gateway struct {
 	Address  string `json:"address,omitempty"`
 }
 
-// GPUPool is a pool of identical nodes. ObservedNodes, ObservedAt and
-// NodesByFreeDevices are the cluster agent's report, kept as decoded JSON
-// (nil, bool, float64, string, []any or map[string]any) for the
-// observation package to validate.
+// GPUPool is a pool of identical nodes. ObservedNodes, ObservedAt,
+// NodesByFreeDevices and Binding are the cluster agent's report, kept as
+// decoded JSON (nil, bool, float64, string, []any or map[string]any) for
+// the observation package to validate.
 type GPUPool struct {
 	Name    string   `json:"name"`
 	Nodes   *int64   `json:"nodes,omitempty"`
@@ -53,6 +53,9 @@ type GPUPool struct {
 	ObservedNodes      any `json:"observedNodes,omitempty"`
 	ObservedAt         any `json:"observedAt,omitempty"`
 	NodesByFreeDevices any `json:"nodesByFreeDevices,omitempty"`
+	// Binding is "Steered" while the agent steers the pool's pods, absent
+	// otherwise (docs/spec.md#pool-reports).
+	Binding any `json:"binding,omitempty"`
 }
 
 // Device is a kind of device every node of a pool has count of.

@@ -13,15 +13,16 @@ import (
 )
 
 // shippedYAML are the directories of what the project ships: the agent's
-// manifests, the relay's and the function's packages and Compositions,
-// the monitoring. (Later the admission policy and the chart join them.)
+// manifests (its steering component's admission policy among them), the
+// relay's and the function's packages and Compositions, the monitoring.
 var shippedYAML = []string{"../../deploy", "../../package", "../../cmd/relay/package"}
 
 // TestShippedManifestsUseModelplaneNames holds every YAML the project ships
 // to Modelplane's names as this package has them: a label of Modelplane's
 // or LeaderWorkerSet's namespace that is not one of them is a typo or a
 // drift from v0.3, and so is a pods Role or an agent reading pods anywhere
-// but the namespace v0.3 runs replicas in.
+// but the namespace v0.3 runs replicas in, or a steering policy that holds
+// pods elsewhere or reads other labels than v0.3's.
 func TestShippedManifestsUseModelplaneNames(t *testing.T) {
 	known := map[string]bool{
 		LabelPool: true, LabelServing: true, LabelWorkload: true, LabelLWSRole: true, LabelLWSName: true,
@@ -58,10 +59,13 @@ func TestShippedManifestsUseModelplaneNames(t *testing.T) {
 		t.Fatal("no shipped YAML found")
 	}
 
-	// The agent reads pods in v0.3's namespace: its Role there, and the flag.
-	for _, obj := range objects(t, "../../deploy/cluster-agent/pods.yaml") {
-		if ns := obj.Metadata.Namespace; ns != WorkloadNamespace {
-			t.Errorf("deploy/cluster-agent/pods.yaml: %s %s is in namespace %q, want v0.3's %q", obj.Kind, obj.Metadata.Name, ns, WorkloadNamespace)
+	// The agent reads pods in v0.3's namespace, and steers them there: its
+	// Roles there, and the flag.
+	for _, f := range []string{"../../deploy/cluster-agent/pods.yaml", "../../deploy/cluster-agent/steering/pods.yaml"} {
+		for _, obj := range objects(t, f) {
+			if ns := obj.Metadata.Namespace; ns != WorkloadNamespace {
+				t.Errorf("%s: %s %s is in namespace %q, want v0.3's %q", f, obj.Kind, obj.Metadata.Name, ns, WorkloadNamespace)
+			}
 		}
 	}
 	deployment, err := os.ReadFile("../../deploy/cluster-agent/deployment.yaml")
@@ -71,6 +75,47 @@ func TestShippedManifestsUseModelplaneNames(t *testing.T) {
 	flag := regexp.MustCompile(`--pod-namespaces=([a-z0-9,-]+)`).FindSubmatch(deployment)
 	if flag == nil || !slices.Contains(strings.Split(string(flag[1]), ","), WorkloadNamespace) {
 		t.Errorf("deploy/cluster-agent/deployment.yaml: --pod-namespaces does not include v0.3's %q", WorkloadNamespace)
+	}
+
+	// The steering policy holds pods in v0.3's namespace, by v0.3's labels
+	// of a replica's pods and of a pool's nodes.
+	const policyFile = "../../deploy/cluster-agent/steering/policy.yaml"
+	b, err := os.ReadFile(policyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var policy struct {
+		Spec struct {
+			MatchConstraints struct {
+				NamespaceSelector struct {
+					MatchExpressions []struct {
+						Key      string   `json:"key"`
+						Operator string   `json:"operator"`
+						Values   []string `json:"values"`
+					} `json:"matchExpressions"`
+				} `json:"namespaceSelector"`
+			} `json:"matchConstraints"`
+			MatchConditions []struct {
+				Expression string `json:"expression"`
+			} `json:"matchConditions"`
+		} `json:"spec"`
+	}
+	// The policy is the file's first object; its binding follows.
+	if err := yaml.Unmarshal([]byte(strings.SplitN(string(b), "\n---\n", 2)[0]), &policy); err != nil {
+		t.Fatalf("cannot read %s: %v", policyFile, err)
+	}
+	namespaces := policy.Spec.MatchConstraints.NamespaceSelector.MatchExpressions
+	if len(namespaces) != 1 || namespaces[0].Key != "kubernetes.io/metadata.name" || namespaces[0].Operator != "In" || !slices.Contains(namespaces[0].Values, WorkloadNamespace) {
+		t.Errorf("%s: the namespaceSelector is %+v, want kubernetes.io/metadata.name In namespaces that include v0.3's %q", policyFile, namespaces, WorkloadNamespace)
+	}
+	var conditions []string
+	for _, c := range policy.Spec.MatchConditions {
+		conditions = append(conditions, c.Expression)
+	}
+	for _, name := range []string{LabelWorkload, LabelLWSName, LabelPool} {
+		if !strings.Contains(strings.Join(conditions, "\n"), "'"+name+"'") {
+			t.Errorf("%s: no matchCondition reads %q", policyFile, name)
+		}
 	}
 }
 

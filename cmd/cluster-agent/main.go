@@ -28,6 +28,15 @@ type CLI struct {
 	RetryPeriod      time.Duration `default:"2s"            help:"How often replicas try to take or renew the Lease."`
 	Identity         string        `env:"POD_NAME"          help:"This replica's identity in the Lease; the host name when unset."`
 
+	PodName      string `env:"POD_NAME"      help:"The agent's own Pod (the downward API's metadata.name): the leader lists the pools it steers on it, for the steering admission policy. Without it no pool is steered."`
+	PodNamespace string `env:"POD_NAMESPACE" help:"The namespace of the agent's own Pod (the downward API's metadata.namespace)."`
+
+	SteeringWindow      time.Duration `default:"1s"  help:"How often the held pods of each steered pool are decided, together: a pod waits at most this long for the others that arrive with it."`
+	SteeringMaxHold     time.Duration `default:"30s" help:"The longest a pod is held: past it, it is released unpinned, whatever else."`
+	SteeringGangWait    time.Duration `default:"5s"  help:"How long the held pods of a LeaderWorkerSet group wait for the rest of the group before those present are decided."`
+	SteeringReplicaWait time.Duration `default:"5s"  help:"How long a held pod waits for a ReplicaObservation to select it before it is decided last, as unknown."`
+	SteeringPinTimeout  time.Duration `default:"30s" help:"How long after its release a pinned pod that is not bound counts as taking its node; past it, it is deleted if its node no longer has its claim free."`
+
 	Debounce     time.Duration `default:"1s"   help:"How long after a change a report is rebuilt: changes in between join it."`
 	Heartbeat    time.Duration `default:"50s"  help:"How old a published observedAt may get before the report is published again with a newer one (docs/spec.md#the-cluster-agent asks for at least every minute)."`
 	SyncInterval time.Duration `default:"5s"   help:"How often the agent proves how recent its view is: the time it publishes as observedAt."`

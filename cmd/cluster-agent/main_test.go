@@ -64,3 +64,23 @@ func TestFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestSteeringFlags checks steering's bounds (docs/cluster-agent.md#steering)
+// and the agent's own Pod, from the downward API's variables.
+func TestSteeringFlags(t *testing.T) {
+	t.Setenv("POD_NAME", "cluster-agent-0")
+	t.Setenv("POD_NAMESPACE", "modelplane-cluster-agent")
+	c := &CLI{}
+	p, err := kong.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	got := []any{c.SteeringWindow, c.SteeringMaxHold, c.SteeringGangWait, c.SteeringReplicaWait, c.SteeringPinTimeout, c.PodName, c.PodNamespace, c.Identity}
+	want := []any{time.Second, 30 * time.Second, 5 * time.Second, 5 * time.Second, 30 * time.Second, "cluster-agent-0", "modelplane-cluster-agent", "cluster-agent-0"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("steering's flags: -want, +got:\n%s", diff)
+	}
+}

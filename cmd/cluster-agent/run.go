@@ -36,6 +36,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/cmd/cluster-agent/internal/controller"
 	"github.com/modelplaneai/fleet-scheduler/cmd/cluster-agent/internal/freshness"
 	"github.com/modelplaneai/fleet-scheduler/cmd/cluster-agent/internal/metrics"
+	"github.com/modelplaneai/fleet-scheduler/cmd/cluster-agent/internal/steering"
 )
 
 // Run runs the agent until SIGTERM or SIGINT, then stops: it gives up
@@ -46,6 +47,7 @@ func (c *CLI) Run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	ctx = klog.NewContext(ctx, log)
+	runCtx := ctx
 
 	if !clientfeatures.FeatureGates().Enabled(clientfeatures.AtomicFIFO) {
 		// Without it an informer's cache does not say which
@@ -53,8 +55,8 @@ func (c *CLI) Run() error {
 		// could be proven.
 		return errors.New("cannot prove how recent the view is: client-go's AtomicFIFO feature is off (KUBE_FEATURE_AtomicFIFO=false?); turn it on")
 	}
-	if c.LeaderElect && c.LeaderElectionNS == "" {
-		return errors.New("--leader-election-namespace (or POD_NAMESPACE) is needed to elect a leader; or --no-leader-elect")
+	if err := c.validate(); err != nil {
+		return err
 	}
 	cfg, err := c.restConfig()
 	if err != nil {
@@ -73,7 +75,8 @@ func (c *CLI) Run() error {
 	if err != nil {
 		return err
 	}
-	cl, err := cluster.New(client, dyn, cluster.Options{Namespaces: c.namespaces(), TaintRules: taintRules})
+	policies := c.discoverSteering(log, client)
+	cl, err := cluster.New(client, dyn, cluster.Options{Namespaces: c.namespaces(), TaintRules: taintRules, AdmissionPolicies: policies})
 	if err != nil {
 		return err
 	}
@@ -109,7 +112,7 @@ func (c *CLI) Run() error {
 		return err
 	}
 
-	log.Info("Starting", "podNamespaces", c.namespaces(), "deviceTaintRules", taintRules, "leaderElect", c.LeaderElect)
+	log.Info("Starting", "podNamespaces", c.namespaces(), "deviceTaintRules", taintRules, "leaderElect", c.LeaderElect, "admissionPolicies", policies, "pod", c.PodNamespace+"/"+c.PodName)
 	var wg sync.WaitGroup
 	cl.Start(ctx)
 	if err := cl.WaitForSync(ctx); err != nil {
@@ -124,7 +127,22 @@ func (c *CLI) Run() error {
 	log.Info("Caches synced")
 	wg.Go(func() { prover.Run(ctx) })
 
+	// A follower's Pod lists no pool: clear what a crashed leader may have
+	// left on it (the Pod outlives its containers).
+	steerCfg := steering.Config{
+		Window: c.SteeringWindow, MaxHold: c.SteeringMaxHold, GangWait: c.SteeringGangWait, ReplicaWait: c.SteeringReplicaWait,
+		PinTimeout: c.SteeringPinTimeout, ReportPeriod: c.Heartbeat, PodNamespace: c.PodNamespace, PodName: c.PodName, AdmissionPolicies: policies,
+	}
+	if c.PodName != "" {
+		clearCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		steering.New(steerCfg, cl, nil, client, clock.RealClock{}, log.WithName("steering").V(1), m, nil, nil).Unmark(clearCtx)
+		cancel()
+	}
+
 	var leading atomic.Bool
+	// stepDown, while set, is what the leader does as the agent shuts
+	// down, before it gives up the Lease.
+	var stepDown atomic.Pointer[func()]
 	writer := &controller.StatusWriter{Client: dyn, Metrics: m, Writable: leading.Load}
 	lead := func(ctx context.Context) {
 		leading.Store(true)
@@ -132,8 +150,25 @@ func (c *CLI) Run() error {
 		defer func() { leading.Store(false); m.Leader.Set(0) }()
 		log.Info("Leading: writing statuses")
 		p := controller.NewPools(cl, writer, prover.Proven, clock.RealClock{}, log.WithName("pools"), m, c.Heartbeat)
+		st := steering.New(steerCfg, cl, p, client, clock.RealClock{}, log.WithName("steering"), m, func() { cl.StartSteering(runCtx) }, pools.Wake)
+		p.WithSteering(st)
+		down := func() {
+			// Shutting down: no report may say Steered while no agent
+			// holds the pools' pods.
+			st.Stop()
+			stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+			defer cancel()
+			st.Unmark(stop)
+			p.StepDown(stop, "the agent that steered the pool shut down; the next leader reports it again")
+		}
+		stepDown.Store(&down)
+		defer stepDown.Store(nil)
 		r := controller.NewReplicas(cl, writer, clock.RealClock{}, log.WithName("replicas"), m)
+		// One round first, so that the first reports of a new leader
+		// already see the pools its Pod lists.
+		st.Reconcile(ctx)
 		var lw sync.WaitGroup
+		lw.Go(func() { st.Run(ctx) })
 		lw.Go(func() { pools.Run(ctx, prover.Changed(), p.Reconcile) })
 		// All of them when leading starts, then those that changed.
 		keys.Add(cl.ReplicaObservationKeys()...)
@@ -146,9 +181,16 @@ func (c *CLI) Run() error {
 			})
 		})
 		lw.Wait()
+		if !c.LeaderElect && runCtx.Err() != nil {
+			down()
+		}
 	}
 	if c.LeaderElect {
-		err = c.elect(ctx, log, client, health, lead, &leading)
+		err = c.elect(ctx, log, client, health, lead, &leading, func() {
+			if f := stepDown.Load(); f != nil {
+				(*f)()
+			}
+		})
 	} else {
 		lead(ctx)
 	}
@@ -160,8 +202,9 @@ func (c *CLI) Run() error {
 }
 
 // elect campaigns for the Lease and leads while it holds it, again and
-// again, until ctx is done. Leading stops when the Lease is lost.
-func (c *CLI) elect(ctx context.Context, log logr.Logger, client kubernetes.Interface, health *leaderelection.HealthzAdaptor, lead func(context.Context), leading *atomic.Bool) error {
+// again, until ctx is done. Leading stops when the Lease is lost. When ctx
+// is done while leading, stepDown runs before the Lease is given up.
+func (c *CLI) elect(ctx context.Context, log logr.Logger, client kubernetes.Interface, health *leaderelection.HealthzAdaptor, lead func(context.Context), leading *atomic.Bool, stepDown func()) error {
 	id := c.Identity
 	if id == "" {
 		host, err := os.Hostname()
@@ -197,7 +240,21 @@ func (c *CLI) elect(ctx context.Context, log logr.Logger, client kubernetes.Inte
 			return fmt.Errorf("cannot elect a leader: %w", err)
 		}
 		health.SetLeaderElection(le)
-		le.Run(ctx)
+		// The elector's context ends after stepDown, so that the leader
+		// still leads (and may write) while it steps down.
+		leCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		go func() {
+			select {
+			case <-ctx.Done():
+				if leading.Load() {
+					stepDown()
+				}
+				cancel()
+			case <-leCtx.Done():
+			}
+		}()
+		le.Run(leCtx)
+		cancel()
 		// Leading stopped: let the writes in flight end before campaigning
 		// again (their context is done).
 		done.Wait()
@@ -255,6 +312,37 @@ func (c *CLI) discover(ctx context.Context, log logr.Logger, client kubernetes.I
 	default:
 		return served, nil
 	}
+}
+
+// validate refuses flags the agent cannot run with.
+func (c *CLI) validate() error {
+	for name, d := range map[string]time.Duration{
+		"--steering-window": c.SteeringWindow, "--steering-max-hold": c.SteeringMaxHold, "--steering-gang-wait": c.SteeringGangWait,
+		"--steering-replica-wait": c.SteeringReplicaWait, "--steering-pin-timeout": c.SteeringPinTimeout,
+	} {
+		if d <= 0 {
+			return fmt.Errorf("%s: %s; it must be positive", name, d)
+		}
+	}
+	if c.LeaderElect && c.LeaderElectionNS == "" {
+		return errors.New("--leader-election-namespace (or POD_NAMESPACE) is needed to elect a leader; or --no-leader-elect")
+	}
+	return nil
+}
+
+// discoverSteering says whether the cluster serves
+// admissionregistration.k8s.io/v1 MutatingAdmissionPolicies and their
+// bindings (Kubernetes 1.36 and later), which steering needs.
+func (c *CLI) discoverSteering(log logr.Logger, client kubernetes.Interface) bool {
+	rl, err := client.Discovery().ServerResourcesForGroupVersion("admissionregistration.k8s.io/v1")
+	if err != nil {
+		log.Info("Cannot read whether the cluster serves MutatingAdmissionPolicies; no pool is steered", "error", err.Error())
+		return false
+	}
+	has := func(name string) bool {
+		return slices.ContainsFunc(rl.APIResources, func(r metav1.APIResource) bool { return r.Name == name })
+	}
+	return has("mutatingadmissionpolicies") && has("mutatingadmissionpolicybindings")
 }
 
 // namespaces are the namespaces whose pods the agent reads: "" for all.

@@ -41,7 +41,7 @@ func TestRunFunctionInferenceCluster(t *testing.T) {
 			Resources: map[string]*fnv1.Resource{
 				"agent-crd-poolobservations":    {Resource: st(t, `status: {atProvider: {manifest: {status: {conditions: [{type: Established, status: "True"}]}}}}`)},
 				"agent-crd-replicaobservations": {Resource: st(t, `status: {atProvider: {manifest: {status: {conditions: [{type: Established, status: "True"}]}}}}`)},
-				"pool-observation-l4":           {Resource: st(t, `status: {atProvider: {manifest: {status: {observedNodes: 1, observedAt: "2026-10-20T20:06:00Z", nodesByFreeDevices: [{nodes: 1, free: [{name: gpu, count: 4}]}]}}}}`)},
+				"pool-observation-l4":           {Resource: st(t, `status: {atProvider: {manifest: {status: {observedNodes: 1, observedAt: "2026-10-20T20:06:00Z", nodesByFreeDevices: [{nodes: 1, free: [{name: gpu, count: 4}]}], binding: Steered}}}}`)},
 			},
 		},
 		Desired: &fnv1.State{
@@ -61,10 +61,10 @@ status:
 	}
 	wantStatus := st(t, `
 providerConfigRef: {name: eks-kubeconfig}
-gpuPools: [{name: l4, nodes: 2, devices: [{name: gpu, driver: gpu.nvidia.com, count: 4}], observedNodes: 1, observedAt: "2026-10-20T20:06:00Z", nodesByFreeDevices: [{nodes: 1, free: [{name: gpu, count: 4}]}]}]
+gpuPools: [{name: l4, nodes: 2, devices: [{name: gpu, driver: gpu.nvidia.com, count: 4}], observedNodes: 1, observedAt: "2026-10-20T20:06:00Z", nodesByFreeDevices: [{nodes: 1, free: [{name: gpu, count: 4}]}], binding: Steered}]
 `)
 	if diff := cmp.Diff(wantStatus, rsp.GetDesired().GetComposite().GetResource().GetFields()["status"].GetStructValue(), protocmp.Transform()); diff != "" {
-		t.Errorf("the desired status: the earlier step's, with l4's report: -want, +got:\n%s", diff)
+		t.Errorf("the desired status: the earlier step's, with l4's report and its binding: -want, +got:\n%s", diff)
 	}
 	var keys []string
 	for k, r := range rsp.GetDesired().GetResources() {

@@ -77,13 +77,14 @@ func (r *structReader) readCluster(s []byte, cache *clusterCache, call uint64) (
 // pool reads a GPU pool; the agent's report is only decoded, for the
 // observation package to judge.
 func (r *structReader) pool(v wire.Value) v1alpha1.GPUPool {
-	var f [6]wire.Value
-	r.object(v, "").Fields([]string{keyName, "nodes", "devices", observation.FieldObservedNodes, observation.FieldObservedAt, observation.FieldNodesByFreeDevices}, f[:])
+	var f [7]wire.Value
+	r.object(v, "").Fields([]string{keyName, "nodes", "devices", observation.FieldObservedNodes, observation.FieldObservedAt, observation.FieldNodesByFreeDevices, observation.FieldBinding}, f[:])
 	p := v1alpha1.GPUPool{
 		Name: r.str(f[0], keyName), Nodes: r.integer(f[1], "nodes"),
 		ObservedNodes:      r.decoded(f[3], observation.FieldObservedNodes),
 		ObservedAt:         r.decoded(f[4], observation.FieldObservedAt),
 		NodesByFreeDevices: r.decoded(f[5], observation.FieldNodesByFreeDevices),
+		Binding:            r.decoded(f[6], observation.FieldBinding),
 	}
 	for di, dv := range r.list(f[2], "devices") {
 		r.enter("devices", di)

@@ -16,7 +16,7 @@ import (
 
 func TestReadCluster(t *testing.T) {
 	c := fx.Cluster("a").Taint("gpu", "x", "NoSchedule").PlacementLabels(map[string]string{"region": "eu"}).Hostname("a.example.com").
-		Pools(fx.Pool("h100", 4).Devices(fx.GPU("gpu", 8, "80Gi"), fx.NIC(8)).Observed(now, 3, fx.NodesFree(2, "gpu", 8)).Obj()).Obj()
+		Pools(fx.Pool("h100", 4).Devices(fx.GPU("gpu", 8, "80Gi"), fx.NIC(8)).Observed(now, 3, fx.NodesFree(2, "gpu", 8)).Steered().Obj()).Obj()
 	c.Status.GPUPools[0].Devices[0].Attributes["cc"] = v1alpha1.DeviceAttribute{Version: new("9.0.0")}
 	c.Status.GPUPools[0].Devices[0].Attributes["pcie"] = v1alpha1.DeviceAttribute{Int: new(int64(5))}
 	c.Status.GPUPools[0].Devices[0].Attributes["mig"] = v1alpha1.DeviceAttribute{Bool: new(false)}

@@ -29,7 +29,7 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 	small.Spec.Engines[0].Members[0].Template = nil
 	standalone := wiretest.StructOf(tb, small)
 	cluster := wiretest.StructOf(tb, fx.Cluster("a").Taint("gpu", "x", "NoSchedule").PlacementLabels(map[string]string{"region": "eu"}).Hostname("a.example.com").
-		Pools(fx.Pool("h100", 4).Devices(fx.GPU("gpu", 8, "80Gi")).Observed(at, 3, fx.NodesFree(2, "gpu", 8)).Obj()).Obj())
+		Pools(fx.Pool("h100", 4).Devices(fx.GPU("gpu", 8, "80Gi")).Observed(at, 3, fx.NodesFree(2, "gpu", 8)).Steered().Obj()).Obj())
 	return [][]byte{
 		wiretest.Marshalled(tb, replica),
 		wiretest.Marshalled(tb, standalone),

@@ -54,6 +54,11 @@ type Call struct {
 	// Capacity is how much the plan says of what each pool had left, for
 	// the server's metrics and debug log; none costs nothing.
 	Capacity scheduling.Capacity
+
+	// PodNodes has the plan say where the ledger assumed each new
+	// engine's claiming pods bind (scheduling.Options.PodNodes), for the
+	// fleet simulator.
+	PodNodes bool
 }
 
 // Kind is which way a call went.
@@ -107,6 +112,7 @@ func (p Planner) Plan(ctx context.Context, c Call) (Outcome, error) {
 			Selectors:               p.Selectors,
 			ReplaceUnscheduledAfter: c.Settings.ReplaceUnscheduledAfter,
 			Capacity:                c.Capacity,
+			PodNodes:                c.PodNodes,
 		},
 		Now: c.Now,
 	}

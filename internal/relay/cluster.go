@@ -3,6 +3,8 @@ package relay
 import (
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 
 	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
@@ -71,9 +73,10 @@ type ClusterOutput struct {
 // their reports into its status.gpuPools (docs/spec.md#the-relay). The
 // PoolObservations are composed once both the agent's CRDs are served in
 // the workload cluster, and kept from then on. Of each pool's entry only
-// observedNodes, observedAt and nodesByFreeDevices are set, and to the
-// report's or to none, so that a pool the agent does not report reads as
-// unobserved; every other field stays as the earlier steps wrote it.
+// observedNodes, observedAt, nodesByFreeDevices and binding are set, and to
+// the report's or to none, so that a pool the agent does not report reads
+// as unobserved, and one it no longer steers as not steered; every other
+// field stays as the earlier steps wrote it.
 func Cluster(in ClusterInput) ClusterOutput {
 	out := ClusterOutput{Resources: map[string]map[string]any{}}
 	status := in.DesiredStatus
@@ -109,6 +112,7 @@ func Cluster(in ClusterInput) ClusterOutput {
 	}
 	open := established(in.Composed[KeyCRDPoolObservations]) && established(in.Composed[KeyCRDReplicaObservations])
 
+	steer, named := steeredPools(in.Observed)
 	var unreported []string
 	for i, p := range pools {
 		entry, ok := p.(map[string]any)
@@ -119,16 +123,20 @@ func Cluster(in ClusterInput) ClusterOutput {
 		key := KeyPool(name)
 		observed, exists := in.Composed[key]
 		if open || exists {
-			out.Resources[key] = object(ns, pc, poolObservation(name, entry), false)
+			out.Resources[key] = object(ns, pc, poolObservation(name, entry, steer(name)), false)
 		}
 		if !poolsWritten {
 			continue
 		}
 		entry = copyMap(entry)
 		pools[i] = entry
+		// The report's fields are the relay's alone, binding with them: each
+		// is set from the PoolObservation or removed, so that nothing the
+		// agent no longer says (a Steered above all) outlives its report.
 		for _, f := range agentv1alpha1.ReportFields {
 			delete(entry, f)
 		}
+		delete(entry, agentv1alpha1.FieldBinding)
 		report, err := poolreport.Relayable(mapAt(observedManifest(observed), "status"))
 		switch {
 		case err != nil:
@@ -138,6 +146,13 @@ func Cluster(in ClusterInput) ClusterOutput {
 			unreported = append(unreported, name)
 		default:
 			maps.Copy(entry, report)
+		}
+	}
+
+	for _, n := range named {
+		if !slices.ContainsFunc(pools, func(p any) bool { e, _ := p.(map[string]any); return e["name"] == n }) {
+			out.Warnings = append(out.Warnings, fmt.Sprintf("annotation %s names pool %q, which the InferenceCluster does not publish (its pools: %s): nothing is steered for it",
+				agentv1alpha1.AnnotationSteerPools, n, joinSorted(poolNames(pools))))
 		}
 	}
 
@@ -167,16 +182,53 @@ func Cluster(in ClusterInput) ClusterOutput {
 	return out
 }
 
+// steeredPools reads the InferenceCluster's AnnotationSteerPools: whether
+// a pool is to be steered, and the pool names it lists (not "*").
+func steeredPools(cluster map[string]any) (func(pool string) bool, []string) {
+	v, _ := mapAt(cluster, "metadata", "annotations")[agentv1alpha1.AnnotationSteerPools].(string)
+	all := false
+	var named []string
+	for n := range strings.SplitSeq(v, ",") {
+		switch n = strings.TrimSpace(n); n {
+		case "":
+		case "*":
+			all = true
+		default:
+			named = append(named, n)
+		}
+	}
+	return func(pool string) bool { return all || slices.Contains(named, pool) }, named
+}
+
+// poolNames are the names of the entries of status.gpuPools.
+func poolNames(pools []any) []string {
+	var out []string
+	for _, p := range pools {
+		if e, ok := p.(map[string]any); ok {
+			if n, ok := e["name"].(string); ok && n != "" {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
 // poolObservation is the PoolObservation of a pool
 // (docs/spec.md#poolobservation): its nodes by v0.3's pool label, its
-// devices as the pool publishes them, and the GPU taint every pod v0.3
-// composes for a pool tolerates.
-func poolObservation(name string, pool map[string]any) map[string]any {
+// devices as the pool publishes them, the GPU taint every pod v0.3
+// composes for a pool tolerates, and whether the agent steers it, always
+// set, so that a pool taken out of the annotation stops being steered.
+func poolObservation(name string, pool map[string]any, steer bool) map[string]any {
+	steering := agentv1alpha1.SteeringDisabled
+	if steer {
+		steering = agentv1alpha1.SteeringEnabled
+	}
 	spec := map[string]any{
 		"nodeSelector": map[string]any{v1alpha1.LabelPool: name},
 		"tolerations": []any{map[string]any{
 			"key": v1alpha1.GPUTaintKey, "operator": "Exists", "effect": "NoSchedule",
 		}},
+		"steering": string(steering),
 	}
 	if devices, ok := pool["devices"].([]any); ok {
 		spec["devices"] = devices

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -35,6 +36,39 @@ gpuPools:
   nodes: 2
   devices: [{name: gpu, driver: gpu.nvidia.com, deviceClassName: gpu.nvidia.com, count: 8}]
 `
+
+// allReported is clusterStatus with l4Report on l4 and an empty report on
+// h100.
+const allReported = `
+providerConfigRef: {name: eks-cluster-kubeconfig-1a2b3}
+namespace: modelplane-system
+gateway: {address: gw.example.com}
+gpuPools:
+- name: l4
+  nodes: 4
+  devices: [{name: gpu, driver: gpu.nvidia.com, deviceClassName: gpu.nvidia.com, count: 4, attributes: {productName: {string: NVIDIA L4}}}]
+  observedNodes: 3
+  observedAt: "2026-10-20T20:06:00Z"
+  nodesByFreeDevices: [{nodes: 2, free: [{name: gpu, count: 4}]}, {nodes: 1, free: [{name: gpu, count: 1}]}]
+- name: h100
+  nodes: 2
+  devices: [{name: gpu, driver: gpu.nvidia.com, deviceClassName: gpu.nvidia.com, count: 8}]
+  observedNodes: 0
+  observedAt: "2026-10-20T20:06:00Z"
+  nodesByFreeDevices: []
+`
+
+// steeredBefore is clusterStatus with every pool's entry saying binding
+// Steered, as an earlier step that copied the observed status would write
+// it.
+func steeredBefore(t *testing.T) map[string]any {
+	t.Helper()
+	st := y(t, clusterStatus)
+	for _, p := range st["gpuPools"].([]any) {
+		p.(map[string]any)["binding"] = "Steered"
+	}
+	return st
+}
 
 // crd is an observed CRD gate Object, Established or not.
 func crd(t *testing.T, established string) map[string]any {
@@ -76,6 +110,7 @@ spec:
         nodeSelector: {modelplane.ai/pool: `+pool+`}
         devices: `+devices+`
         tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+        steering: Disabled
 `)
 }
 
@@ -170,6 +205,45 @@ func TestRelayCluster(t *testing.T) {
 				condition: Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonPoolsNotReported, Message: "no report from the cluster agent for h100, l4"},
 			},
 		},
+		"SteerPoolsAnnotated": {
+			reason: "the pools the InferenceCluster's steer-pools annotation names are composed with steering Enabled, the others Disabled; a name it does not publish is a warning",
+			in: func(t *testing.T) ClusterInput {
+				t.Helper()
+				xr := y(t, `metadata: {name: alpha, annotations: {agent.modelplane.ai/steer-pools: " l4 ,nope,"}}`)
+				return ClusterInput{Observed: xr, DesiredStatus: y(t, clusterStatus), Composed: open(t)}
+			},
+			want: want{
+				status: clusterStatus,
+				resources: func(t *testing.T) map[string]map[string]any {
+					t.Helper()
+					m := withPools(t, "l4", "h100")
+					mapAt(m[KeyPool("l4")], "spec", "forProvider", "manifest", "spec")["steering"] = "Enabled"
+					return m
+				},
+				condition: Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonPoolsNotReported, Message: "no report from the cluster agent for h100, l4"},
+				warnings:  []string{`annotation agent.modelplane.ai/steer-pools names pool "nope", which the InferenceCluster does not publish (its pools: h100, l4): nothing is steered for it`},
+			},
+		},
+		"SteerEveryPool": {
+			reason: "steer-pools * steers every pool",
+			in: func(t *testing.T) ClusterInput {
+				t.Helper()
+				xr := y(t, `metadata: {name: alpha, annotations: {agent.modelplane.ai/steer-pools: "*"}}`)
+				return ClusterInput{Observed: xr, DesiredStatus: y(t, clusterStatus), Composed: open(t)}
+			},
+			want: want{
+				status: clusterStatus,
+				resources: func(t *testing.T) map[string]map[string]any {
+					t.Helper()
+					m := withPools(t, "l4", "h100")
+					for _, p := range []string{"l4", "h100"} {
+						mapAt(m[KeyPool(p)], "spec", "forProvider", "manifest", "spec")["steering"] = "Enabled"
+					}
+					return m
+				},
+				condition: Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonPoolsNotReported, Message: "no report from the cluster agent for h100, l4"},
+			},
+		},
 		"ReportsRelayed": {
 			reason: "the three report fields are copied into the pool's entry, and nothing else changes; a pool the agent cannot observe has none",
 			in: func(t *testing.T) ClusterInput {
@@ -210,24 +284,7 @@ gpuPools:
 				return ClusterInput{DesiredStatus: y(t, clusterStatus), Composed: c}
 			},
 			want: want{
-				status: `
-providerConfigRef: {name: eks-cluster-kubeconfig-1a2b3}
-namespace: modelplane-system
-gateway: {address: gw.example.com}
-gpuPools:
-- name: l4
-  nodes: 4
-  devices: [{name: gpu, driver: gpu.nvidia.com, deviceClassName: gpu.nvidia.com, count: 4, attributes: {productName: {string: NVIDIA L4}}}]
-  observedNodes: 3
-  observedAt: "2026-10-20T20:06:00Z"
-  nodesByFreeDevices: [{nodes: 2, free: [{name: gpu, count: 4}]}, {nodes: 1, free: [{name: gpu, count: 1}]}]
-- name: h100
-  nodes: 2
-  devices: [{name: gpu, driver: gpu.nvidia.com, deviceClassName: gpu.nvidia.com, count: 8}]
-  observedNodes: 0
-  observedAt: "2026-10-20T20:06:00Z"
-  nodesByFreeDevices: []
-`,
+				status: allReported,
 				resources: func(t *testing.T) map[string]map[string]any {
 					t.Helper()
 					return withPools(t, "l4", "h100")
@@ -286,6 +343,58 @@ gpuPools:
 					return withPools(t, "l4", "h100")
 				},
 				condition: Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonPoolsNotReported, Message: "no report from the cluster agent for h100"},
+			},
+		},
+		"SteeredRelayed": {
+			reason: "a report that says binding Steered is relayed with it",
+			in: func(t *testing.T) ClusterInput {
+				t.Helper()
+				c := with(open(t), KeyPool("l4"), observedPool(t, l4Report+"binding: Steered\n"))
+				c = with(c, KeyPool("h100"), observedPool(t, `{observedNodes: 0, observedAt: "2026-10-20T20:06:00Z", nodesByFreeDevices: []}`))
+				return ClusterInput{DesiredStatus: y(t, clusterStatus), Composed: c}
+			},
+			want: want{
+				// l4's entry says Steered, h100's nothing.
+				status: strings.Replace(allReported, "- name: h100", "  binding: Steered\n- name: h100", 1),
+				resources: func(t *testing.T) map[string]map[string]any {
+					t.Helper()
+					return withPools(t, "l4", "h100")
+				},
+				condition: Condition{Type: ConditionPoolsObserved, Status: "True", Reason: ReasonAllPoolsReported},
+			},
+		},
+		"SteeredClearedWithTheAgent": {
+			reason: "a Steered in the earlier steps' entry never outlives the agent's saying so: with a report that no longer says it (l4), with a binding the schema refuses (h100), it is removed",
+			in: func(t *testing.T) ClusterInput {
+				t.Helper()
+				st := steeredBefore(t)
+				c := with(open(t), KeyPool("l4"), observedPool(t, l4Report))
+				c = with(c, KeyPool("h100"), observedPool(t, `{observedNodes: 0, observedAt: "2026-10-20T20:06:00Z", nodesByFreeDevices: [], binding: Guessed}`))
+				return ClusterInput{DesiredStatus: st, Composed: c}
+			},
+			want: want{
+				status: allReported,
+				resources: func(t *testing.T) map[string]map[string]any {
+					t.Helper()
+					return withPools(t, "l4", "h100")
+				},
+				condition: Condition{Type: ConditionPoolsObserved, Status: "True", Reason: ReasonAllPoolsReported},
+			},
+		},
+		"SteeredClearedWithoutAReport": {
+			reason: "a Steered without a report to go with it is removed: a binding alone (l4) or a report that is not relayed (h100)",
+			in: func(t *testing.T) ClusterInput {
+				t.Helper()
+				st := steeredBefore(t)
+				c := with(open(t), KeyPool("l4"), observedPool(t, `{binding: Steered}`))
+				c = with(c, KeyPool("h100"), observedPool(t, `{observedAt: "2026-10-20T20:06:00Z", binding: Steered}`))
+				return ClusterInput{DesiredStatus: st, Composed: c}
+			},
+			want: want{
+				status:    clusterStatus,
+				resources: func(t *testing.T) map[string]map[string]any { t.Helper(); return withPools(t, "l4", "h100") },
+				condition: Condition{Type: ConditionPoolsObserved, Status: "False", Reason: ReasonPoolsNotReported, Message: "no report from the cluster agent for h100, l4"},
+				warnings:  []string{"pool h100: the PoolObservation's report is not relayed: it has only some of observedNodes, observedAt and nodesByFreeDevices"},
 			},
 		},
 		"ObjectsKeptWhenTheGateCloses": {

@@ -13,13 +13,17 @@ import (
 
 // FuzzRelayCluster feeds PoolObservation statuses of any shape through
 // Cluster: it never panics, every field the earlier steps wrote
-// other than the report stays as it was, and what it relays is within the
-// InferenceCluster schema's bounds.
+// other than the report stays as it was, what it relays is within the
+// InferenceCluster schema's bounds, and a pool's entry says binding
+// Steered exactly when the relayed report does: a stale Steered the
+// earlier steps carried never stays.
 func FuzzRelayCluster(f *testing.F) {
 	for _, s := range []string{
 		l4Report,
-		`{"observedNodes": 1, "observedAt": "x", "nodesByFreeDevices": [{"nodes": 1, "free": [{"name": "gpu", "count": 1.5}]}]}`,
-		`{"observedNodes": -1}`, `[]`, `null`, `{"nodesByFreeDevices": {"a": 1}}`,
+		l4Report + "binding: Steered\n",
+		`{"observedNodes": 1, "observedAt": "x", "nodesByFreeDevices": [{"nodes": 1, "free": [{"name": "gpu", "count": 1.5}]}], "binding": "Steered"}`,
+		`{"observedNodes": 0, "observedAt": "x", "nodesByFreeDevices": [], "binding": "steered"}`,
+		`{"observedNodes": -1}`, `[]`, `null`, `{"nodesByFreeDevices": {"a": 1}}`, `{"binding": "Steered"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -29,28 +33,40 @@ func FuzzRelayCluster(f *testing.F) {
 			return
 		}
 		o := map[string]any{"status": map[string]any{"atProvider": map[string]any{"manifest": map[string]any{"status": v}}}}
-		in := ClusterInput{DesiredStatus: y(t, clusterStatus), Composed: map[string]map[string]any{
+		// The earlier steps' entries carry a Steered from before.
+		in := ClusterInput{DesiredStatus: steeredBefore(t), Composed: map[string]map[string]any{
 			KeyCRDPoolObservations: crd(t, "True"), KeyCRDReplicaObservations: crd(t, "True"), KeyPool("l4"): o,
 		}}
 		out := Cluster(in)
-		before := y(t, clusterStatus)["gpuPools"].([]any)
+		before := steeredBefore(t)["gpuPools"].([]any)
 		after := out.Status["gpuPools"].([]any)
+		statusOf, _ := v.(map[string]any)
 		for i := range before {
 			entry := after[i].(map[string]any)
 			rest := copyMap(entry)
 			relayed := map[string]any{}
-			for _, f := range agentv1alpha1.ReportFields {
+			for _, f := range append(agentv1alpha1.ReportFields[:], agentv1alpha1.FieldBinding) {
 				if v, ok := rest[f]; ok {
 					relayed[f] = v
 				}
 				delete(rest, f)
 			}
+			delete(before[i].(map[string]any), agentv1alpha1.FieldBinding)
 			if diff := cmp.Diff(before[i], rest); diff != "" {
 				t.Fatalf("pool %d: fields other than the report changed: -before, +after:\n%s", i, diff)
 			}
+			_, reported := relayed[agentv1alpha1.FieldObservedAt]
+			wantSteered := i == 0 && reported && statusOf[agentv1alpha1.FieldBinding] == agentv1alpha1.BindingSteered
+			if _, steered := relayed[agentv1alpha1.FieldBinding]; steered != wantSteered {
+				t.Fatalf("pool %d: binding relayed %t, want %t (the PoolObservation's %#v, report relayed %t)", i, steered, wantSteered, statusOf[agentv1alpha1.FieldBinding], reported)
+			}
 			if len(relayed) > 0 {
-				if _, err := poolreport.Relayable(relayed); err != nil {
+				got, err := poolreport.Relayable(relayed)
+				if err != nil {
 					t.Fatalf("pool %d: relayed a report outside the schema's bounds: %v", i, err)
+				}
+				if diff := cmp.Diff(relayed, got); diff != "" {
+					t.Fatalf("pool %d: relayed what the relay would not relay again: -relayed, +again:\n%s", i, diff)
 				}
 			}
 		}

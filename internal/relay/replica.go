@@ -210,7 +210,10 @@ func currentPodsScheduled(r *v1alpha1.ModelReplica) (string, time.Time) {
 // replicaObservation is the ReplicaObservation of a replica
 // (docs/spec.md#replicaobservation): in v0.3's namespace, named as the
 // replica, selecting each engine's pods by the label v0.3 or
-// LeaderWorkerSet puts on them, and counting every pod its engines run.
+// LeaderWorkerSet puts on them, counting every pod its engines run, and
+// naming the replica's namespace in the control plane, which a steering
+// agent orders held pods by as the function's ledger charges them
+// (docs/spec.md#steering).
 func replicaObservation(r *v1alpha1.ModelReplica) map[string]any {
 	selectors := make([]any, 0, len(r.Spec.Engines))
 	var pods int64
@@ -232,6 +235,6 @@ func replicaObservation(r *v1alpha1.ModelReplica) map[string]any {
 	return map[string]any{
 		"apiVersion": agentv1alpha1.Group + "/" + agentv1alpha1.Version, "kind": agentv1alpha1.KindReplicaObservation,
 		"metadata": map[string]any{"name": r.Metadata.Name, "namespace": v1alpha1.WorkloadNamespace},
-		"spec":     map[string]any{"selectors": selectors, "pods": pods},
+		"spec":     map[string]any{"selectors": selectors, "pods": pods, "replicaNamespace": r.Metadata.Namespace},
 	}
 }

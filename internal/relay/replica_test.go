@@ -260,8 +260,10 @@ spec:
         - matchLabels: {modelplane.ai/workload: qwen-1a2b3-main-1d4fc}
         - matchLabels: {leaderworkerset.sigs.k8s.io/name: qwen-1a2b3-big-ee171}
         pods: 6
+        replicaNamespace: ml-team
 `)
-	// pods: 2 copies of main, and the gang's leader and 3 workers.
+	// pods: 2 copies of main, and the gang's leader and 3 workers;
+	// replicaNamespace: the ModelReplica's, in the control plane.
 	if diff := cmp.Diff(want, asJSON(t, got), cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("the ReplicaObservation's Object: -want, +got:\n%s", diff)
 	}

@@ -180,3 +180,42 @@ func TestFrameworkAndBinderAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestPinnedPodsAgree pins the pods of a state of each of a few families
+// as the steering agent pins them, and wants both schedulers to agree.
+func TestPinnedPodsAgree(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs kube-scheduler")
+	}
+	ctx := context.Background()
+	pinned := 0
+	for _, i := range []int{0, 1, 2, 3, 12, 21, 40, 60} {
+		st, err := sample(ctx, rand.New(rand.NewPCG(5, uint64(i))), familyOf(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		base, err := st.cluster(st.pods, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		narrowed, n, _, err := pinIncoming(ctx, rand.New(rand.NewPCG(5, uint64(i))), &sampled{st: st, base: base})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pinned += n
+		fw, err := schedule(ctx, narrowed, kube.Default, 1)
+		if err != nil {
+			t.Fatalf("state %d (%s): %v", i, st.family, err)
+		}
+		sim, err := simulate(ctx, narrowed, base, kube.Default, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := compare(fw, sim); !o.agrees() {
+			t.Errorf("state %d (%s), pinned, disagrees:\n%s", i, st.family, o.diff)
+		}
+	}
+	if pinned == 0 {
+		t.Error("no pod was pinned")
+	}
+}

@@ -46,6 +46,7 @@ func main() {
 	flag.BoolVar(&o.mutations, "mutations", false, "also run every mutation of the binder on the states")
 	flag.IntVar(&o.mutationStates, "mutation-states", 0, "run the mutations on the first this many states only (0: all)")
 	flag.IntVar(&o.agent, "agent", 0, "also check the cluster agent's reports on this many states")
+	flag.IntVar(&o.pinned, "pinned", 0, "also schedule the pods of this many states pinned to a node by name, as the steering agent pins them, with both")
 	flag.IntVar(&o.ties, "ties", 0, "also run kube-scheduler with parallelism 16 on this many states, to compare its picks among ties")
 	flag.IntVar(&o.workers, "workers", runtime.GOMAXPROCS(0), "states run at once")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile to this file")
@@ -84,10 +85,10 @@ func profiled(path string, f func() error) error {
 }
 
 type options struct {
-	states, mutationStates, agent, ties, workers int
-	seed                                         uint64
-	out                                          string
-	strict, mutations                            bool
+	states, mutationStates, agent, ties, pinned, workers int
+	seed                                                 uint64
+	out                                                  string
+	strict, mutations                                    bool
 }
 
 func profiles() []kube.Profile { return []kube.Profile{kube.Default, kube.MostAllocated} }
@@ -181,6 +182,13 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		r.agentTime = time.Since(began)
+	}
+	if o.pinned > 0 {
+		began = time.Now()
+		if err := r.checkPinned(ctx, all[:min(o.pinned, len(all))]); err != nil {
+			return err
+		}
+		r.pinnedTime = time.Since(began)
 	}
 	text := r.render()
 	if _, err := os.Stdout.WriteString(text); err != nil {

@@ -27,9 +27,10 @@ type report struct {
 	muts     []mutationResult
 	agent    *agentTally
 	ties     *tieTally
+	pinned   *pinnedTally
 	mu       sync.Mutex
 
-	framework, simulator, mutationTime, agentTime, tieTime time.Duration
+	framework, simulator, mutationTime, agentTime, tieTime, pinnedTime time.Duration
 }
 
 // tally counts a profile's outcomes.
@@ -170,6 +171,14 @@ func (r *report) failures() error {
 	if r.agent != nil && r.agent.overReported > 0 {
 		errs = append(errs, fmt.Errorf("the agent reported %d nodes' devices free that kube-scheduler's DynamicResources refuses", r.agent.overReported))
 	}
+	if r.pinned != nil {
+		for _, d := range r.pinned.diffs[:min(len(r.pinned.diffs), 5)] {
+			fmt.Fprintln(os.Stderr, d)
+		}
+		if err := r.pinned.failures(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if !r.opts.strict {
 		for _, err := range errs {
 			fmt.Fprintln(os.Stderr, "calibrate:", err)
@@ -201,6 +210,9 @@ func (r *report) render() string {
 	}
 	if o.agent > 0 {
 		cmd += fmt.Sprintf(" -agent %d", o.agent)
+	}
+	if o.pinned > 0 {
+		cmd += fmt.Sprintf(" -pinned %d", o.pinned)
 	}
 	fmt.Fprintf(&b, "<!-- Written by `%s -out ../../docs/calibration.md`; do not edit. -->\n\n", cmd)
 	b.WriteString(preamble)
@@ -246,6 +258,9 @@ func (r *report) render() string {
 	if r.agent != nil {
 		r.agent.render(&b)
 	}
+	if r.pinned != nil {
+		r.pinned.render(&b)
+	}
 	fmt.Fprintf(&b, "\n## The run\n\nkube-scheduler v1.37.2's feature gates as run: DRAConsumableCapacity=%t, DRAPartitionableDevices=%t, DRADeviceTaints=%t, DRADeviceTaintRules=%t, DRAPrioritizedList=%t, DRAExtendedResource=%t, DRADeviceBindingConditions=%t, DRAAdminAccess=%t, InterPodAffinityHostnameFastPath=%t, OpportunisticBatching=%t (no pod is signable under the default profile: PodTopologySpread's system default constraints make every pod unsignable, so it never batches).\n\n",
 		enabled(features.DRAConsumableCapacity), enabled(features.DRAPartitionableDevices), enabled(features.DRADeviceTaints), enabled(features.DRADeviceTaintRules),
 		enabled(features.DRAPrioritizedList), enabled(features.DRAExtendedResource), enabled(features.DRADeviceBindingConditions), enabled(features.DRAAdminAccess),
@@ -260,6 +275,9 @@ func (r *report) render() string {
 	}
 	if r.agent != nil {
 		fmt.Fprintf(&b, ", the agent check in %s", r.agentTime.Round(time.Second))
+	}
+	if r.pinned != nil {
+		fmt.Fprintf(&b, ", the pinned pods in %s", r.pinnedTime.Round(time.Second))
 	}
 	b.WriteString(".\n")
 	return b.String()
@@ -314,8 +332,9 @@ source. This compares it with kube-scheduler itself, from
 k8s.io/kubernetes v1.37.2, run in process by sim/calibrate (a module of
 its own, so that k8s.io/kubernetes never enters the function's go.mod).
 Then it breaks the binder on purpose, one rule at a time, to show the
-comparison would have caught each break; and it checks the cluster
-agent's reports against kube-scheduler's Filter.
+comparison would have caught each break; it checks the cluster
+agent's reports against kube-scheduler's Filter; and it schedules pods
+pinned to a node by name, as the steering agent pins them, with both.
 
 ## How
 

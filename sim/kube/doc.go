@@ -61,14 +61,21 @@
 // 0 on every node for a pod without persistent volumes, which are the
 // only pods NewPod accepts; it is left out.
 //
+// Node affinity by name. A required term of `matchFields metadata.name In`
+// (a steering agent's pin, Pod.SetAffinity) is NodeAffinity's PreFilter
+// result when every term has one: the search goes through only the nodes
+// the terms name, in the node tree's order (kube-scheduler's is its set's,
+// random beyond one name), from the same start, which then moves by the
+// nodes searched, as findNodesThatFitPod moves it.
+//
 // Left out, because NewPod refuses the pods they would matter for (none a
 // ModelReplica's template can express: its containers carry no resources,
 // ports or volumes of their own, its pods no spread constraints or
 // affinity): explicit topologySpreadConstraints, host ports (NodePorts),
 // persistent and CSI volumes (VolumeBinding, VolumeRestrictions,
 // VolumeZone, NodeVolumeLimits), ephemeral storage and hugepages, node
-// affinity by field (NodeAffinity's PreFilter would narrow the search),
-// and affinity terms with a namespace selector or label keys. Services
+// affinity by a field other than metadata.name, and affinity terms with a
+// namespace selector or label keys. Services
 // selecting the pods would narrow PodTopologySpread's default selector;
 // the simulator creates none.
 //

@@ -67,7 +67,7 @@ func (a podAffinity) any() bool {
 // named in its status), in that order, then, for a pod already bound, the
 // claim its status names for its extended resources backed by DRA. It
 // refuses what the binder does not model: explicit topology spread
-// constraints, node affinity by field, affinity terms with a namespace
+// constraints, node affinity by a field other than metadata.name, affinity terms with a namespace
 // selector or label keys, volumes other than emptyDir, configMap, secret,
 // downwardAPI, projected and hostPath, requests of anything but cpu,
 // memory and extended resources, host ports, and claims not made for the
@@ -294,9 +294,12 @@ func supportedAffinity(a *corev1.Affinity) error {
 	}
 	if na := a.NodeAffinity; na != nil && na.RequiredDuringSchedulingIgnoredDuringExecution != nil {
 		for i, t := range na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-			if len(t.MatchFields) > 0 {
-				// NodeAffinity's PreFilter would narrow the nodes searched.
-				return fmt.Errorf("required node affinity term %d: matchFields are not modelled", i)
+			for _, r := range t.MatchFields {
+				// The one field a node selector reads; NodeAffinity's
+				// PreFilter narrows the search by its In (nodeNames).
+				if r.Key != metav1.ObjectNameField || (r.Operator != corev1.NodeSelectorOpIn && r.Operator != corev1.NodeSelectorOpNotIn) || len(r.Values) != 1 {
+					return fmt.Errorf("required node affinity term %d: only matchFields of metadata.name, In or NotIn one name, are modelled", i)
+				}
 			}
 		}
 	}

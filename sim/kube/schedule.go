@@ -69,6 +69,16 @@ func (c *Cluster) Evaluate(ctx context.Context, p *Pod, prof Profile) (*Evaluati
 	if c.mutation == InsertionOrder {
 		nodes = c.inserted
 	}
+	total := len(nodes)
+	if names, narrowed := nodeNames(p.Obj); narrowed {
+		if len(names) == 0 {
+			// Its terms name no node in common: PreFilter rejects the pod
+			// before any search, which then does not move.
+			e.Rejected[reasonSelector] = total
+			return e, nil
+		}
+		nodes = narrow(nodes, names)
+	}
 	all := len(nodes)
 	want := NumFeasibleNodesToFind(all)
 	if c.mutation == ScoreAllNodes {
@@ -103,8 +113,10 @@ func (c *Cluster) Evaluate(ctx context.Context, p *Pod, prof Profile) (*Evaluati
 			break
 		}
 	}
-	if all > 0 {
-		c.nextStart = (c.nextStart + e.Searched) % all
+	if total > 0 {
+		// The start moves over every node, the search over those its
+		// node affinity by name leaves (findNodesThatFitPod).
+		c.nextStart = (c.nextStart + e.Searched) % total
 	}
 	if len(feasible) == 0 {
 		return e, nil

@@ -17,7 +17,7 @@ const kindCluster = "InferenceCluster"
 const shippedXRD = "deploy/inferenceclusters.yaml"
 
 // agentFields are the fields of a pool the cluster agent publishes.
-var agentFields = []string{"observedNodes", "observedAt", "nodesByFreeDevices"}
+var agentFields = []string{"observedNodes", "observedAt", "nodesByFreeDevices", "binding"}
 
 // TestObservedClustersValidate validates the InferenceClusters of every
 // fixture that carries agent reports (example/observed and e2e/testdata)

@@ -100,7 +100,7 @@ const (
 )
 
 // What steering puts on Pods and on the admission policy that holds them.
-// The shipped MutatingAdmissionPolicy (deploy/cluster-agent/steering.yaml)
+// The shipped MutatingAdmissionPolicy (deploy/cluster-agent/steering/policy.yaml)
 // and the agent use these names.
 const (
 	// SchedulingGate is the scheduling gate the admission policy adds to a
@@ -116,6 +116,11 @@ const (
 	// unpinned. A bound claiming pod of a steered pool without it bound
 	// without the agent's decision.
 	AnnotationSteeredTo = "agent.modelplane.ai/steered-to"
+	// AnnotationSteerPools is on an InferenceCluster in the control plane:
+	// the pools of its workload cluster to steer, comma-separated, or "*"
+	// for every pool. The relay composes their PoolObservations with
+	// spec.steering Enabled and every other pool's with Disabled.
+	AnnotationSteerPools = "agent.modelplane.ai/steer-pools"
 	// SteeringPolicy is the name of the shipped MutatingAdmissionPolicy
 	// that holds a steered pool's pods, and of its binding. The agent
 	// reports a pool Steered only while both exist as shipped.
@@ -152,6 +157,44 @@ const (
 	ReasonInvalidObject = "InvalidObject"
 	// ReasonCannotCount: the DRA allocator failed on a node of the pool.
 	ReasonCannotCount = "CannotCount"
+)
+
+// Reasons of the Steering condition (docs/spec.md#steering). It is True
+// with ReasonSteered while the status says binding Steered, and otherwise
+// False with one of the others and a message saying what to do.
+const (
+	// ReasonSteered: steering is in force: the admission policy and its
+	// binding are as shipped, this agent leads, keeps the pool in its
+	// Pod's AnnotationSteeredPools, and no claiming pod of the pool bound
+	// without its decision during the last report period.
+	ReasonSteered = "Steered"
+	// ReasonAdmissionPolicyUnsupported: the cluster does not serve
+	// admissionregistration.k8s.io/v1 MutatingAdmissionPolicies
+	// (Kubernetes older than 1.36): the agent cannot hold pods there.
+	ReasonAdmissionPolicyUnsupported = "AdmissionPolicyUnsupported"
+	// ReasonPolicyNotFound: the policy or its binding named
+	// SteeringPolicy does not exist, or the agent cannot read them.
+	ReasonPolicyNotFound = "PolicyNotFound"
+	// ReasonPolicyNotAsShipped: the policy or its binding differs from
+	// what is shipped in a field steering's promises rest on.
+	ReasonPolicyNotAsShipped = "PolicyNotAsShipped"
+	// ReasonAgentPodNotMarked: the agent cannot keep the pool in the
+	// AnnotationSteeredPools of its own Pod (it does not know its Pod, or
+	// the patch failed), so the policy holds none of the pool's pods.
+	ReasonAgentPodNotMarked = "AgentPodNotMarked"
+	// ReasonReleaseFailed: the agent could not release a held pod of the
+	// pool (an error other than a conflict) within the last hold bound.
+	ReasonReleaseFailed = "ReleaseFailed"
+	// ReasonBoundUnsteered: a claiming pod of the pool bound without the
+	// agent's decision (no AnnotationSteeredTo) during the last report
+	// period.
+	ReasonBoundUnsteered = "BoundUnsteered"
+	// ReasonPoolNotObserved: the pool is not reported (Synced False), so
+	// there is nothing to steer by.
+	ReasonPoolNotObserved = "PoolNotObserved"
+	// ReasonAgentStopped: the agent that steered the pool stopped leading
+	// as it shut down; the next leader reports the pool again.
+	ReasonAgentStopped = "AgentStopped"
 )
 
 // Reasons of the PodsScheduled condition.

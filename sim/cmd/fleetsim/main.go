@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -34,7 +35,7 @@ type options struct {
 	largeBinders                         string
 	imagePull, replaceAfter              time.Duration
 	large, withScenarios, replacing      bool
-	concurrency                          bool
+	concurrency, preferred               bool
 	concurrent, servers, rounds          int
 	concurrencyK, concurrencyServers     string
 	trace                                sim.TraceOptions
@@ -64,6 +65,7 @@ func main() {
 	flag.IntVar(&o.trace.MaxRounds, "max-rounds", 0, "stop a trace after this many rounds (0: when the last pod is deleted, or at 2,000 rounds)")
 	flag.BoolVar(&o.replacing, "replacing", false, "instead of the scenarios, run "+sim.Misguessed().Name+" with re-placing off and on, side by side (replacing.md)")
 	flag.DurationVar(&o.replaceAfter, "replace-after", 15*time.Minute, "with -replacing, the replaceUnscheduledAfter of the run with re-placing on")
+	flag.BoolVar(&o.preferred, "preferred", false, "instead of the scenarios, run "+sim.ManyCopies().Name+" with kube-default, steered and steered-preferred, side by side (steering-preferred.md): how often kube-scheduler's other scores outvote a preferred node affinity")
 	flag.IntVar(&o.concurrent, "concurrent-reconciles", 1, "reconcile this many deployments at once, each of them reading the same fleet; 1 reconciles one after another")
 	flag.IntVar(&o.servers, "servers", 0, "spread the calls round robin over this many function servers, each with its own ledger of assumed placements; 0 assumes nothing")
 	flag.BoolVar(&o.concurrency, "concurrency", false, "instead of the scenarios, run "+sim.ScaleAtOnce().Name+" for every -concurrency-k and -concurrency-servers, side by side (concurrency.md)")
@@ -132,6 +134,9 @@ func run(o options) error {
 	if o.concurrency {
 		return runConcurrency(o)
 	}
+	if o.preferred {
+		return runPreferred(o)
+	}
 	binders, modes, size, err := common(o)
 	if err != nil {
 		return err
@@ -172,6 +177,16 @@ func run(o options) error {
 	table.WriteString("\nWhere claiming pods landed, against where each assumedBinding predicts (a node with the most GPUs free among those whose free GPUs cover the claim, or the fewest), over every mode:\n\n")
 	if err := sim.WritePredictions(&table, rows); err != nil {
 		return err
+	}
+	table.WriteString("\n" + sim.AgreementLegend + "\n")
+	if err := sim.WriteAgreement(&table, rows); err != nil {
+		return err
+	}
+	if sim.Steers(rows) {
+		table.WriteString("\n" + sim.SteeringLegend + "\n")
+		if err := sim.WriteSteering(&table, rows); err != nil {
+			return err
+		}
 	}
 	table.WriteString("\nReplicas placed by shape, in the scenarios that mix shapes:\n\n")
 	if err := sim.WriteShapeTable(&table, rows); err != nil {
@@ -238,16 +253,23 @@ func runReplacing(o options) error {
 			}
 		}
 	}
+	return sideBySide(o.out, "replacing.md", sim.ReplacingLegend, sc, rows, sim.WriteReplacing)
+}
+
+// sideBySide publishes runs of one scenario side by side as name: the
+// legend, the scenario, the table write writes, and what held pods Pending
+// at the end.
+func sideBySide(out, name, legend string, sc sim.Scenario, rows []sim.Row, write func(io.Writer, []sim.Row) error) error {
 	var doc bytes.Buffer
-	doc.WriteString(sim.ReplacingLegend + "\n")
+	doc.WriteString(legend + "\n")
 	fmt.Fprintf(&doc, "%s: %s; %d rounds of %s.\n\n", sc.Name, sc.Summary, sc.Rounds, sim.DefaultTick)
-	if err := sim.WriteReplacing(&doc, rows); err != nil {
+	if err := write(&doc, rows); err != nil {
 		return err
 	}
 	if err := writeStuck(&doc, rows, "Pods Pending at the end:"); err != nil {
 		return err
 	}
-	return publish(o.out, "replacing.md", doc.Bytes())
+	return publish(out, name, doc.Bytes())
 }
 
 // runConcurrency runs the scenario of deployments scaling at once with K
@@ -286,6 +308,29 @@ func runConcurrency(o options) error {
 		return err
 	}
 	return publish(o.out, "concurrency.md", doc.Bytes())
+}
+
+// runPreferred runs the scenario of many copies per replica with
+// kube-default and the steering binders, pinning and preferring, in the
+// agent modes that assume LeastFree, and writes them side by side.
+func runPreferred(o options) error {
+	_, _, size, err := common(o)
+	if err != nil {
+		return err
+	}
+	sc := withImage(sim.ManyCopies(), size.Value(), o.imagePull, o.sizing)
+	modes := []sim.Mode{sim.Fresh().Assuming(scheduling.LeastFree), sim.Lagging().Assuming(scheduling.LeastFree)}
+	var rows []sim.Row
+	for _, b := range []sim.Binder{sim.KubeDefault, sim.Steered, sim.SteeredPreferred} {
+		for _, m := range modes {
+			res, err := sim.Run(sc.Config(m, b, direct(m, o.servers)))
+			if err != nil {
+				return fmt.Errorf("%s, %s, %s: %w", sc.Name, m.Name, b, err)
+			}
+			rows = append(rows, sim.Row{Scenario: sc, Mode: m, Binder: b, Result: res})
+		}
+	}
+	return sideBySide(o.out, "steering-preferred.md", sim.PreferredLegend, sc, rows, sim.WritePreferred)
 }
 
 // replacing is the function input of a mode with replaceUnscheduledAfter
@@ -451,6 +496,9 @@ func runModes(o options, sc sim.Scenario, b sim.Binder, modes []sim.Mode) ([]sim
 	bounds := sim.Limit(sc)
 	var rows []sim.Row
 	for _, m := range modes {
+		if !b.Runs(m) {
+			continue
+		}
 		res, err := sim.Run(concurrent(sc.Config(m, b, direct(m, o.servers)), o.concurrent))
 		if err != nil {
 			return nil, fmt.Errorf("%s, %s, %s: %w", sc.Name, m.Name, b, err)

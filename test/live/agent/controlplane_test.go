@@ -71,8 +71,10 @@ func startControlPlane(t *testing.T) *controlPlane {
 	}
 
 	etcdAddr, peerAddr := testenv.FreeLoopbackAddr(t), testenv.FreeLoopbackAddr(t)
+	// Each test's cluster starts empty: a data directory of its own, not
+	// the one an earlier test of the run left its objects in.
 	cp.etcd = harness.StartProcess(t, cp.logs, "etcd", filepath.Join(cp.bin, "etcd"), nil,
-		"--data-dir="+filepath.Join(cp.logs, "etcd-data"),
+		"--data-dir="+filepath.Join(cp.logs, "etcd-data-"+strings.ReplaceAll(t.Name(), "/", "_")),
 		"--listen-client-urls=http://"+etcdAddr, "--advertise-client-urls=http://"+etcdAddr,
 		"--listen-peer-urls=http://"+peerAddr, "--initial-advertise-peer-urls=http://"+peerAddr,
 		"--initial-cluster=default=http://"+peerAddr,

@@ -53,22 +53,13 @@ func eventually(t *testing.T, timeout time.Duration, what string, check func() e
 // CRDs are served.
 func (cp *controlPlane) install(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(cp.root, "deploy", "cluster-agent"))
-	if err != nil {
-		t.Fatalf("cannot render deploy/cluster-agent/ as kubectl apply -k does: %v", err)
-	}
-	var objs []*unstructured.Unstructured
-	for _, r := range m.Resources() {
-		y, err := r.AsYAML()
-		if err != nil {
-			t.Fatal(err)
-		}
-		u := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(y, &u.Object); err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, u)
-	}
+	return cp.installFrom(t, filepath.Join(cp.root, "deploy", "cluster-agent"))
+}
+
+// installFrom is install of the kustomization in dir.
+func (cp *controlPlane) installFrom(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	objs := render(t, dir)
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cp.kube.Discovery()))
 	for _, u := range objs {
 		gvk := u.GroupVersionKind()
@@ -94,6 +85,28 @@ func (cp *controlPlane) install(t *testing.T) []*unstructured.Unstructured {
 	return objs
 }
 
+// render renders the kustomization in dir as `kubectl apply -k` does.
+func render(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("cannot render %s as kubectl apply -k does: %v", dir, err)
+	}
+	var objs []*unstructured.Unstructured
+	for _, r := range m.Resources() {
+		y, err := r.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(y, &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, u)
+	}
+	return objs
+}
+
 func (cp *controlPlane) applyObject(t *testing.T, mapper *restmapper.DeferredDiscoveryRESTMapper, u *unstructured.Unstructured) {
 	t.Helper()
 	gvk := u.GroupVersionKind()
@@ -107,13 +120,19 @@ func (cp *controlPlane) applyObject(t *testing.T, mapper *restmapper.DeferredDis
 	}
 	force := true
 	if _, err := cp.dyn.Resource(mapping.Resource).Namespace(u.GetNamespace()).Patch(t.Context(), u.GetName(), types.ApplyPatchType, b, metav1.PatchOptions{FieldManager: "kubectl", Force: &force}); err != nil {
-		t.Fatalf("the API server refused %s %s/%s of deploy/cluster-agent/: %v", gvk.Kind, u.GetNamespace(), u.GetName(), err)
+		t.Fatalf("the API server refused %s %s/%s of the agent's manifests: %v", gvk.Kind, u.GetNamespace(), u.GetName(), err)
 	}
 }
 
 // deploymentArgs are the shipped Deployment's container args and env
 // names: the agent is run with them.
 func deploymentArgs(t *testing.T, objs []*unstructured.Unstructured) []string {
+	t.Helper()
+	return deployment(t, objs).Spec.Template.Spec.Containers[0].Args
+}
+
+// deployment is the agent's Deployment of the rendered objects.
+func deployment(t *testing.T, objs []*unstructured.Unstructured) *appsv1.Deployment {
 	t.Helper()
 	for _, u := range objs {
 		if u.GetKind() != "Deployment" {
@@ -123,9 +142,9 @@ func deploymentArgs(t *testing.T, objs []*unstructured.Unstructured) []string {
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, d); err != nil {
 			t.Fatal(err)
 		}
-		return d.Spec.Template.Spec.Containers[0].Args
+		return d
 	}
-	t.Fatal("deploy/cluster-agent/ has no Deployment")
+	t.Fatal("the agent's manifests have no Deployment")
 	return nil
 }
 

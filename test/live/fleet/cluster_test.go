@@ -100,20 +100,7 @@ func (f *fleet) startAPIServer(t *testing.T, name, etcd string) *apiServer {
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	eventually(t, 3*time.Minute, name+"'s kube-apiserver ready", func() error {
 		p.Running(t)
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "https://"+a.addr+"/readyz", nil)
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Authorization", "Bearer "+a.adminToken)
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz: %s", resp.Status)
-		}
-		return nil
+		return getOK(t.Context(), hc, "https://"+a.addr+"/readyz", a.adminToken)
 	})
 	var err error
 	if a.kube, err = kubernetes.NewForConfig(a.admin); err != nil {

@@ -55,6 +55,10 @@ func TestLiveFleet(t *testing.T) {
 		{"four 1-GPU replicas on one 4-GPU node: all placed, bound, counted by the next report, nothing charged twice", fourOnOne},
 		{"the agent stops: its reports age, whole-node accounting places nothing more; restarted, free devices again", agentStops},
 		{"a wrong guess: a replica kube-scheduler cannot bind stays Pending, PodsScheduled False, then re-placing moves it", wrongGuess},
+		{"steered: the same replicas on a steered pool bind where the ledger assumed, reported Steered, nothing re-placed", steeredScenario},
+		{"the steering policy deleted: no pod held, the report no longer Steered, the function falls back to its assumedBinding", policyDeleted},
+		{"the agent hangs with pods held: a new agent leads and releases them pinned within the stated bound", agentKilled},
+		{"two agents hand over while pods are held: none steered twice", handOver},
 	}
 	for _, s := range scenarios {
 		if !t.Run(s.name, func(t *testing.T) { s.run(t, f) }) {
@@ -431,29 +435,11 @@ func scaleAtOnce(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by
 func fourOnOne(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
 	apply(t, f.cp.c, deployment("four", "alpha", "NVIDIA L4", 4, 1))
 	rs := f.waitPlaced(t, "four", 4, "alpha", "quad", settle)
-	nodes := f.waitBound(t, "alpha", rs, settle)
-	for r, n := range nodes {
-		if n != "quad-0" {
-			t.Errorf("replica %s bound to %s, not quad-0", r, n)
-		}
-	}
+	checkNodes(t, f.waitBound(t, "alpha", rs, settle), "quad-0", "")
 	f.checkClaimsAllocated(t, "alpha", rs)
 	f.waitPodsScheduled(t, "True", rs, settle)
 	at := f.waitReport(t, "alpha", "quad", map[int64]int64{0: 1}, settle)
-	// The next report counts them: each replica scheduled strictly before
-	// the pool's observedAt (docs/spec.md#the-counted-rule).
-	eventually(t, 90*time.Second, "quad's observedAt past every replica's PodsScheduled", func() error {
-		observedAt, err := time.Parse(time.RFC3339, fmt.Sprint(f.poolReport(t, "alpha", "quad")["observedAt"]))
-		if err != nil {
-			return err
-		}
-		for _, r := range rs {
-			if lt := conditionTime(harness.Get(t, f.cp.c, apiVersion, "ModelReplica", namespace, r.GetName()), "PodsScheduled"); !lt.Before(observedAt) {
-				return fmt.Errorf("replica %s scheduled at %s, observedAt %s", r.GetName(), lt, observedAt)
-			}
-		}
-		return nil
-	})
+	f.waitCounted(t, "alpha", "quad", rs)
 	t.Logf("the report counted the four %s after their pods were bound", time.Since(at).Round(time.Second))
 	if x := f.xr(t, "four"); conditionString(x, "CapacityObserved", "status") != "True" {
 		t.Errorf("%s", describe(x, "CapacityObserved"))
@@ -474,6 +460,41 @@ func fourOnOne(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t
 	f.waitBound(t, "alpha", rs, settle)
 	f.waitPodsScheduled(t, "True", rs, settle)
 	f.waitReport(t, "alpha", "quad", map[int64]int64{0: 1}, settle)
+}
+
+// waitCounted waits until a pool's report counts the replicas: each
+// scheduled strictly before the pool's observedAt
+// (docs/spec.md#the-counted-rule), so that the function no longer charges
+// them beside the report.
+func (f *fleet) waitCounted(t *testing.T, cluster, pool string, replicas []*unstructured.Unstructured) {
+	t.Helper()
+	eventually(t, 90*time.Second, pool+"'s observedAt past every replica's PodsScheduled", func() error {
+		observedAt, err := time.Parse(time.RFC3339, fmt.Sprint(f.poolReport(t, cluster, pool)["observedAt"]))
+		if err != nil {
+			return err
+		}
+		for _, r := range replicas {
+			got := harness.Get(t, f.cp.c, apiVersion, "ModelReplica", namespace, r.GetName())
+			if conditionString(got, "PodsScheduled", "status") != "True" {
+				return fmt.Errorf("replica %s: %s", r.GetName(), describe(got, "PodsScheduled"))
+			}
+			if lt := conditionTime(got, "PodsScheduled"); !lt.Before(observedAt) {
+				return fmt.Errorf("replica %s scheduled at %s, observedAt %s", r.GetName(), lt, observedAt)
+			}
+		}
+		return nil
+	})
+}
+
+// checkNodes checks that each replica's pod bound to the node want; why
+// says why there.
+func checkNodes(t *testing.T, nodes map[string]string, want, why string) {
+	t.Helper()
+	for r, n := range nodes {
+		if n != want {
+			t.Errorf("replica %s bound to %s, not %s%s", r, n, want, why)
+		}
+	}
 }
 
 // checkClaimsAllocated checks that each replica's pod's claim, made from
@@ -511,7 +532,7 @@ func (f *fleet) checkClaimsAllocated(t *testing.T, cluster string, replicas []*u
 // report places the waiting replica.
 func agentStops(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
 	w := f.clusters["alpha"]
-	w.agent.Stop(t)
+	w.stopAgent(t, w.agent, false)
 	stoppedAt := time.Now().Add(-6 * time.Minute).UTC().Truncate(time.Second).Format(time.RFC3339)
 	for _, p := range w.spec.pools {
 		patchStatus(t, w.api.c, harness.Object(agentAPIVersion, "PoolObservation", "", p.name), map[string]any{"observedAt": stoppedAt})
@@ -585,8 +606,29 @@ func agentStops(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by 
 // created only once spread's are bound (alpha's
 // kube-controller-manager is stopped meanwhile): scheduled first, it
 // would take a node whole and make LeastFree's guess come true.
+//
+// pair is steered since the fleet started: its annotation is removed
+// first, and the agent stops holding pair's pods.
 func wrongGuess(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
 	w := f.clusters["alpha"]
+	began := time.Now()
+	f.waitSteering(t, "alpha", "pair", steered, settle)
+	// The pools no InferenceCluster names: nothing of steering.
+	for _, p := range [][2]string{{"alpha", "quad"}, {"alpha", "spare"}, {"beta", "octo"}} {
+		if s, c := f.steeringOf(t, p[0], p[1]); s != unsteered {
+			t.Errorf("pool %s of %s, not named for steering: %+v; %s", p[1], p[0], s, c)
+		}
+	}
+	f.setSteerPools(t, "alpha", "")
+	f.waitSteering(t, "alpha", "pair", unsteered, settle)
+	eventually(t, settle, "the agent's Pod listing no pool", func() error {
+		if _, pools := w.agentPodReady(t, w.agent); pools != "" {
+			return fmt.Errorf("it lists %q", pools)
+		}
+		return nil
+	})
+	t.Logf("pair steered, then not: %s", time.Since(began).Round(100*time.Millisecond))
+
 	w.scheduler.Stop(t)
 	apply(t, f.cp.c, deployment("spread", "alpha", "NVIDIA A10G", 2, 2))
 	spread := f.waitPlaced(t, "spread", 2, "alpha", "pair", settle)

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
 )
 
@@ -42,6 +42,9 @@ type workloadSpec struct {
 	// MostAllocated; otherwise its default profile (LeastAllocated).
 	mostAllocated bool
 	pools         []poolSpec
+	// steer names the pools its InferenceCluster asks the agent to steer
+	// (agent.modelplane.ai/steer-pools).
+	steer string
 }
 
 // poolSpec is a GPU pool: nodes of one InferenceClass.
@@ -81,10 +84,11 @@ func gpuClasses() map[string]classSpec {
 // workloads are the workload clusters: alpha runs kube-scheduler's
 // default profile, beta MostAllocated. Each pool's class pins what lands
 // on it (its CEL selectors name the product); pair comes before spare, so
-// that a replica placed on alpha goes to pair first.
+// that a replica placed on alpha goes to pair first. alpha's agent steers
+// pair (wrongGuess turns that off for a while); no other pool is steered.
 func workloads() []workloadSpec {
 	return []workloadSpec{
-		{name: "alpha", pools: []poolSpec{{"quad", "l4-4x", 1}, {"pair", "a10g-4x-lean", 2}, {"spare", "a10g-4x", 1}}},
+		{name: "alpha", steer: "pair", pools: []poolSpec{{"quad", "l4-4x", 1}, {"pair", "a10g-4x-lean", 2}, {"spare", "a10g-4x", 1}}},
 		{name: "beta", mostAllocated: true, pools: []poolSpec{{"octo", "l40s-8x", 1}}},
 	}
 }
@@ -112,10 +116,15 @@ type workload struct {
 	// controllers is its kube-controller-manager.
 	controllers     *harness.Process
 	controllersArgs []string
-	agent           *harness.Process
-	agentArgs       []string
-	agentEnv        []string
-	manifests       []*unstructured.Unstructured // deploy/cluster-agent/, rendered
+	// agent is the agent process started last; agents counts those
+	// started, naming their Pods.
+	agent  *agentProcess
+	agents int
+	// agentPod is the Deployment's pod template, in its namespace; the
+	// agent's arguments are its kubeconfig and the template's.
+	agentPod  corev1.PodTemplateSpec
+	agentArgs []string
+	manifests []*unstructured.Unstructured // deploy/cluster-agent/ with its steering component, rendered
 }
 
 // startWorkload starts a workload cluster on the fleet's etcd, registers
@@ -153,9 +162,13 @@ func (f *fleet) startWorkload(t *testing.T, spec workloadSpec) *workload {
 	for _, p := range spec.pools {
 		pools = append(pools, map[string]any{"name": p.name, "className": p.class, "nodeCount": int64(p.nodes)})
 	}
+	meta := map[string]any{"name": spec.name, "labels": map[string]any{clusterLabel: spec.name}}
+	if spec.steer != "" {
+		meta["annotations"] = map[string]any{agentv1alpha1.AnnotationSteerPools: spec.steer}
+	}
 	apply(t, f.cp.c, &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": apiVersion, "kind": "InferenceCluster",
-		"metadata": map[string]any{"name": spec.name, "labels": map[string]any{clusterLabel: spec.name}},
+		"metadata": meta,
 		"spec": map[string]any{
 			"cluster":   map[string]any{"source": "Existing", "existing": map[string]any{"secretRef": map[string]any{"name": spec.name + "-kubeconfig", "key": "kubeconfig"}}},
 			"nodePools": pools,
@@ -223,7 +236,7 @@ func (w *workload) register(t *testing.T) {
 	if err := c.Create(t.Context(), class); err != nil {
 		t.Fatalf("cannot create DeviceClass %s in %s: %v", class.Name, w.spec.name, err)
 	}
-	w.node(t, "system-0", nil, nil, "8", "32Gi")
+	w.node(t, systemNode, nil, nil, "8", "32Gi")
 	for _, p := range w.spec.pools {
 		cs := gpuClasses()[p.class]
 		for i := range p.nodes {
@@ -317,17 +330,18 @@ func (w *workload) node(t *testing.T, name string, labels map[string]string, tai
 	})
 }
 
-// installAgent renders deploy/cluster-agent/ as `kubectl apply -k` does,
-// applies it server-side as kubectl apply --server-side would, and runs
-// the agent as its ServiceAccount with its Deployment's arguments and
-// environment. One replica: the Deployment runs two, the other waiting on
-// the Lease. Its health and metrics addresses are moved off :8081 and
-// :8080 (the test's processes share one network namespace; pods do not).
+// installAgent renders deploy/cluster-agent/ with its steering component,
+// as an overlay opts in and `kubectl apply -k` renders it, applies it
+// server-side as kubectl apply --server-side would, and runs the agent as
+// its ServiceAccount with its Deployment's arguments and environment, with
+// a Pod standing for it (startAgent). One replica: the Deployment runs
+// two, the other waiting on the Lease.
 func (f *fleet) installAgent(t *testing.T, w *workload) {
 	t.Helper()
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(f.root, "deploy", "cluster-agent"))
+	dir := steeringOverlay(t, f.root, filepath.Join(f.logs, w.spec.name))
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		t.Fatalf("cannot render deploy/cluster-agent/ as kubectl apply -k does: %v", err)
+		t.Fatalf("cannot render deploy/cluster-agent/ with deploy/cluster-agent/steering/ as kubectl apply -k does: %v", err)
 	}
 	for _, r := range m.Resources() {
 		y, err := r.AsYAML()
@@ -360,9 +374,19 @@ func (f *fleet) installAgent(t *testing.T, w *workload) {
 		return nil
 	})
 	for _, u := range w.manifests {
-		if !first(u) {
-			serverSideApply(t, w.api.c, u)
+		if first(u) {
+			continue
 		}
+		if u.GetKind() == "Deployment" {
+			// Its pods are the test's, one per agent process
+			// (startAgent): none of the ReplicaSet's, which would never
+			// run.
+			u = u.DeepCopy()
+			if err := unstructured.SetNestedField(u.Object, int64(0), "spec", "replicas"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		serverSideApply(t, w.api.c, u)
 	}
 	var d *appsv1.Deployment
 	for _, u := range w.manifests {
@@ -376,28 +400,39 @@ func (f *fleet) installAgent(t *testing.T, w *workload) {
 	if d == nil {
 		t.Fatal("deploy/cluster-agent/ has no Deployment")
 	}
-	pod := d.Spec.Template.Spec
-	_, kubeconfig := w.api.kubeconfig(t, "cluster-agent", w.api.token(t, d.Namespace, pod.ServiceAccountName))
-	w.agentArgs = []string{"--kubeconfig=" + kubeconfig}
-	for _, a := range pod.Containers[0].Args {
-		switch {
-		case strings.HasPrefix(a, "--health-address="):
-			a = "--health-address=127.0.0.1:" + port(t)
-		case strings.HasPrefix(a, "--metrics-address="):
-			a = "--metrics-address=127.0.0.1:" + port(t)
-		}
-		w.agentArgs = append(w.agentArgs, a)
-	}
-	// The downward API's values of the Deployment's env.
-	w.agentEnv = []string{"POD_NAME=cluster-agent-" + w.spec.name + "-0", "POD_NAMESPACE=" + d.Namespace}
+	w.agentPod = d.Spec.Template
+	w.agentPod.Namespace = d.Namespace
+	_, kubeconfig := w.api.kubeconfig(t, "cluster-agent", w.api.token(t, d.Namespace, w.agentPod.Spec.ServiceAccountName))
+	w.agentArgs = append([]string{"--kubeconfig=" + kubeconfig}, w.agentPod.Spec.Containers[0].Args...)
 	w.startAgent(t, f)
 }
 
-// startAgent starts the cluster's agent.
-func (w *workload) startAgent(t *testing.T, f *fleet) {
+// steeringOverlay writes, in dir, an overlay that opts in to steering as
+// deploy/cluster-agent/steering/kustomization.yaml says, and returns its
+// directory.
+func steeringOverlay(t *testing.T, root, dir string) string {
 	t.Helper()
-	w.agent = harness.StartProcessOf(t, f.owner, f.logs, w.spec.name+"-cluster-agent", filepath.Join(f.artifacts, "bin", "cluster-agent"), w.agentEnv, w.agentArgs...)
-	w.agent.Running(t)
+	dir = filepath.Join(dir, "cluster-agent-overlay")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// kustomize takes no absolute path of a base or a component.
+	base, err := filepath.Rel(dir, filepath.Join(root, "deploy", "cluster-agent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := map[string]any{
+		"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+		"resources": []string{base}, "components": []string{filepath.Join(base, "steering")},
+	}
+	b, err := yaml.Marshal(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // serverSideApply applies an object as kubectl apply --server-side does.

@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -29,6 +31,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/agent"
 	"github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
+	fsv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 )
 
 // Index names.
@@ -37,6 +40,18 @@ const (
 	indexPool   = "pool"   // ResourceSlices and ResourceClaims by "<driver>/<pool>"
 	indexLabel  = "label"  // Pods by each "<key>=<value>" of their labels
 	indexDriver = "driver" // ResourceSlices by driver
+	indexHeld   = "held"   // Pods with the steering gate, by their pool ("" for none)
+	indexClaim  = "claim"  // claiming Pods by their pool (their modelplane.ai/pool nodeSelector)
+	indexPinned = "pinned" // Pods released pinned to a node and not bound yet, by their pool
+)
+
+// Annotations of LeaderWorkerSet (v0.9) a pod keeps in the agent's cache.
+const (
+	// AnnotationLWSSize is on every pod of a LeaderWorkerSet's group: how
+	// many pods the group has, its leader included.
+	AnnotationLWSSize = "leaderworkerset.sigs.k8s.io/size"
+	// AnnotationLWSLeaderName is on a group's workers: its leader's name.
+	AnnotationLWSLeaderName = "leaderworkerset.sigs.k8s.io/leader-name"
 )
 
 // Options configure what the agent reads.
@@ -47,6 +62,10 @@ type Options struct {
 	// TaintRules is whether the cluster serves DeviceTaintRules
 	// (resource.k8s.io/v1), which then taint the devices they select.
 	TaintRules bool
+	// AdmissionPolicies is whether the cluster serves
+	// admissionregistration.k8s.io/v1 MutatingAdmissionPolicies and their
+	// bindings, which steering reads (StartSteering).
+	AdmissionPolicies bool
 }
 
 // Cluster is the agent's view of its cluster, kept by informers.
@@ -65,6 +84,17 @@ type Cluster struct {
 	pods       map[string]cache.SharedIndexInformer
 	pools      cache.SharedIndexInformer
 	replicas   cache.SharedIndexInformer
+
+	// The steering policy and its binding: started only once a pool asks
+	// for steering (StartSteering), and never what readiness waits for,
+	// since an agent that does not steer need not be allowed to read them.
+	admFactory    informers.SharedInformerFactory // nil where not served
+	policies      cache.SharedIndexInformer
+	bindings      cache.SharedIndexInformer
+	steeringStart sync.Once
+	// steeringSynced stands in for the steering informers' sync in tests
+	// (MarkSteeringSynced).
+	steeringSynced bool
 
 	client kubernetes.Interface
 }
@@ -98,7 +128,7 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, opts Options) (*Clu
 	for _, ns := range slices.Compact(namespaces) {
 		f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns), informers.WithTransform(slimPod))
 		inf := f.Core().V1().Pods().Informer()
-		if err := inf.AddIndexers(cache.Indexers{indexLabel: indexBy(podLabelKeys)}); err != nil {
+		if err := inf.AddIndexers(cache.Indexers{indexLabel: indexBy(podLabelKeys), indexHeld: indexBy(heldKeys), indexClaim: indexBy(claimingKeys), indexPinned: indexBy(pinnedKeys)}); err != nil {
 			return nil, fmt.Errorf("cannot index Pods: %w", err)
 		}
 		c.podFactory = append(c.podFactory, f)
@@ -113,7 +143,36 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, opts Options) (*Clu
 			return nil, fmt.Errorf("cannot set the agent's kinds' transform: %w", err)
 		}
 	}
+	if opts.AdmissionPolicies {
+		c.admFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(dropManagedFields),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + v1alpha1.SteeringPolicy }))
+		c.policies = c.admFactory.Admissionregistration().V1().MutatingAdmissionPolicies().Informer()
+		c.bindings = c.admFactory.Admissionregistration().V1().MutatingAdmissionPolicyBindings().Informer()
+	}
 	return c, nil
+}
+
+// StartSteering starts the informers of the steering policy and its
+// binding, once; they stop with ctx. Nothing where the cluster does not
+// serve them.
+func (c *Cluster) StartSteering(ctx context.Context) {
+	if c.admFactory == nil {
+		return
+	}
+	c.steeringStart.Do(func() { c.admFactory.StartWithContext(ctx) })
+}
+
+// SteeringPolicy returns the MutatingAdmissionPolicy and the binding named
+// v1alpha1.SteeringPolicy (nil where there is none), and whether they
+// could be read: false until StartSteering's informers have listed them,
+// and where the cluster does not serve them.
+func (c *Cluster) SteeringPolicy() (*admissionregistrationv1.MutatingAdmissionPolicy, *admissionregistrationv1.MutatingAdmissionPolicyBinding, bool) {
+	if c.admFactory == nil || !c.steeringSynced && (!c.policies.HasSynced() || !c.bindings.HasSynced()) {
+		return nil, nil, false
+	}
+	p, _ := get[*admissionregistrationv1.MutatingAdmissionPolicy](c.policies.GetStore(), v1alpha1.SteeringPolicy)
+	b, _ := get[*admissionregistrationv1.MutatingAdmissionPolicyBinding](c.bindings.GetStore(), v1alpha1.SteeringPolicy)
+	return p, b, true
 }
 
 // Start starts every informer; they stop with ctx.
@@ -129,6 +188,9 @@ func (c *Cluster) Start(ctx context.Context) {
 // is done.
 func (c *Cluster) Shutdown() {
 	c.factory.Shutdown()
+	if c.admFactory != nil {
+		c.admFactory.Shutdown()
+	}
 	for _, f := range c.podFactory {
 		f.Shutdown()
 	}
@@ -325,6 +387,117 @@ func (c *Cluster) WatchesPods(namespace string) bool {
 	return one || all
 }
 
+// podInformer is the informer of the namespace's pods; nil when the agent
+// does not read them.
+func (c *Cluster) podInformer(namespace string) cache.SharedIndexInformer {
+	if inf := c.pods[namespace]; inf != nil {
+		return inf
+	}
+	return c.pods[""]
+}
+
+// Pod returns the pod of the namespace and name; nil when there is none.
+func (c *Cluster) Pod(namespace, name string) *corev1.Pod {
+	inf := c.podInformer(namespace)
+	if inf == nil {
+		return nil
+	}
+	p, _ := get[*corev1.Pod](inf.GetStore(), namespace+"/"+name)
+	return p
+}
+
+// HeldPods are the pods carrying the steering gate
+// (v1alpha1.SchedulingGate), whole (the cache keeps a held pod whole, to
+// release it with one update), sorted by namespace and name.
+func (c *Cluster) HeldPods() []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, inf := range c.pods {
+		for _, key := range inf.GetIndexer().ListIndexFuncValues(indexHeld) {
+			objs, err := inf.GetIndexer().ByIndex(indexHeld, key)
+			if err == nil {
+				out = append(out, typed[*corev1.Pod](objs)...)
+			}
+		}
+	}
+	return sortedByName(out)
+}
+
+// PinnedPods are the live pods released pinned to a node
+// (v1alpha1.AnnotationSteeredTo names one) and not bound yet, by the pool
+// of their modelplane.ai/pool nodeSelector, each sorted by namespace and
+// name.
+func (c *Cluster) PinnedPods() map[string][]*corev1.Pod {
+	out := map[string][]*corev1.Pod{}
+	for _, inf := range c.pods {
+		for _, pool := range inf.GetIndexer().ListIndexFuncValues(indexPinned) {
+			if objs, err := inf.GetIndexer().ByIndex(indexPinned, pool); err == nil {
+				out[pool] = append(out[pool], typed[*corev1.Pod](objs)...)
+			}
+		}
+	}
+	for pool := range out {
+		sortedByName(out[pool])
+	}
+	return out
+}
+
+// ClaimingPods are the pods whose modelplane.ai/pool nodeSelector names
+// the pool and that claim devices (spec.resourceClaims), sorted by
+// namespace and name.
+func (c *Cluster) ClaimingPods(pool string) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, inf := range c.pods {
+		if objs, err := inf.GetIndexer().ByIndex(indexClaim, pool); err == nil {
+			out = append(out, typed[*corev1.Pod](objs)...)
+		}
+	}
+	return sortedByName(out)
+}
+
+// LabelledPods are the pods of the namespace with the label, sorted by
+// name.
+func (c *Cluster) LabelledPods(namespace, key, value string) []*corev1.Pod {
+	inf := c.podInformer(namespace)
+	if inf == nil {
+		return nil
+	}
+	objs, err := inf.GetIndexer().ByIndex(indexLabel, key+"="+value)
+	if err != nil {
+		return nil
+	}
+	var out []*corev1.Pod
+	for _, p := range typed[*corev1.Pod](objs) {
+		if p.Namespace == namespace {
+			out = append(out, p)
+		}
+	}
+	return sortedByName(out)
+}
+
+// ResourceClaim returns the claim of the namespace and name; nil when
+// there is none.
+func (c *Cluster) ResourceClaim(namespace, name string) *resourcev1.ResourceClaim {
+	cl, _ := get[*resourcev1.ResourceClaim](c.claims.GetStore(), namespace+"/"+name)
+	return cl
+}
+
+// PoolObservation returns the PoolObservation of the name, as stored; nil
+// when there is none.
+func (c *Cluster) PoolObservation(name string) *unstructured.Unstructured {
+	u, _ := get[*unstructured.Unstructured](c.pools.GetStore(), name)
+	return u
+}
+
+// ReplicaObservations are the ReplicaObservations of the namespace, as
+// stored, sorted by name.
+func (c *Cluster) ReplicaObservations(namespace string) []*unstructured.Unstructured {
+	objs, err := c.replicas.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+	if err != nil {
+		return nil
+	}
+	return sortedByName(typed[*unstructured.Unstructured](objs))
+}
+
 // BoundPods counts the live pods of the namespace bound to a node that
 // match any of the selectors (each pod once). Live: not Succeeded or
 // Failed, not being deleted.
@@ -447,6 +620,37 @@ func sliceDriverKeys(s *resourcev1.ResourceSlice) []string {
 	return []string{s.Spec.Driver}
 }
 
+// heldKeys indexes a pod with the steering gate by its pool.
+func heldKeys(p *corev1.Pod) []string {
+	if !Held(p) {
+		return nil
+	}
+	return []string{p.Spec.NodeSelector[fsv1alpha1.LabelPool]}
+}
+
+// pinnedKeys indexes a live pod released pinned to a node (a non-empty
+// v1alpha1.AnnotationSteeredTo) and not bound yet by its pool.
+func pinnedKeys(p *corev1.Pod) []string {
+	if p.Annotations[v1alpha1.AnnotationSteeredTo] == "" || p.Spec.NodeName != "" || p.DeletionTimestamp != nil || Held(p) {
+		return nil
+	}
+	return []string{p.Spec.NodeSelector[fsv1alpha1.LabelPool]}
+}
+
+// claimingKeys indexes a claiming pod with a pool by its pool.
+func claimingKeys(p *corev1.Pod) []string {
+	pool := p.Spec.NodeSelector[fsv1alpha1.LabelPool]
+	if pool == "" || len(p.Spec.ResourceClaims) == 0 {
+		return nil
+	}
+	return []string{pool}
+}
+
+// Held is whether the pod carries the steering gate.
+func Held(p *corev1.Pod) bool {
+	return slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate })
+}
+
 func podLabelKeys(p *corev1.Pod) []string {
 	out := make([]string, 0, len(p.Labels))
 	for k, v := range p.Labels {
@@ -464,21 +668,44 @@ func dropManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// slimPod keeps of a Pod what counting bound pods reads: a cluster's pods
-// are most of what an agent would hold otherwise.
+// slimPod keeps of a Pod what counting bound pods and steering read: a
+// cluster's pods are most of what an agent would hold otherwise. A pod
+// with the steering gate is kept whole (but its managed fields): the
+// agent releases it with an update of the whole pod.
 func slimPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
-	return &corev1.Pod{
+	if Held(p) {
+		p.ManagedFields = nil
+		return p, nil
+	}
+	out := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
-			Labels: p.Labels, DeletionTimestamp: p.DeletionTimestamp,
+			Labels: p.Labels, DeletionTimestamp: p.DeletionTimestamp, CreationTimestamp: p.CreationTimestamp,
 		},
-		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
-		Status: corev1.PodStatus{Phase: p.Status.Phase},
-	}, nil
+		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName, ResourceClaims: p.Spec.ResourceClaims},
+		Status: corev1.PodStatus{Phase: p.Status.Phase, ResourceClaimStatuses: p.Status.ResourceClaimStatuses},
+	}
+	for _, k := range []string{v1alpha1.AnnotationSteeredTo, AnnotationLWSSize, AnnotationLWSLeaderName} {
+		if v, ok := p.Annotations[k]; ok {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
+	}
+	if pool, ok := p.Spec.NodeSelector[fsv1alpha1.LabelPool]; ok {
+		out.Spec.NodeSelector = map[string]string{fsv1alpha1.LabelPool: pool}
+	}
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodScheduled || cond.Type == corev1.PodReady {
+			out.Status.Conditions = append(out.Status.Conditions, cond)
+		}
+	}
+	return out, nil
 }
 
 // tombstone returns the object a deletion's tombstone holds, or the object.
@@ -487,6 +714,17 @@ func tombstone(o any) any {
 		return t.Obj
 	}
 	return o
+}
+
+// get returns the object of the key from the store, typed.
+func get[T any](s cache.Store, key string) (T, bool) {
+	var zero T
+	o, ok, err := s.GetByKey(key)
+	if err != nil || !ok {
+		return zero, false
+	}
+	t, ok := o.(T)
+	return t, ok
 }
 
 func typed[T any](objs []any) []T {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -37,8 +38,22 @@ func (c *Cluster) each(objs []any, verb string, op func(cache.Store, any) error)
 	return nil
 }
 
+// MarkSteeringSynced has SteeringPolicy read the caches of the steering
+// policy and its binding as listed, for tests that inject them.
+func (c *Cluster) MarkSteeringSynced() { c.steeringSynced = true }
+
 func (c *Cluster) storeOf(o any) (cache.Store, error) {
 	switch v := o.(type) {
+	case *admissionregistrationv1.MutatingAdmissionPolicy:
+		if c.policies == nil {
+			return nil, fmt.Errorf("cannot inject MutatingAdmissionPolicy %s: the cluster serves none", v.Name)
+		}
+		return c.policies.GetIndexer(), nil
+	case *admissionregistrationv1.MutatingAdmissionPolicyBinding:
+		if c.bindings == nil {
+			return nil, fmt.Errorf("cannot inject MutatingAdmissionPolicyBinding %s: the cluster serves none", v.Name)
+		}
+		return c.bindings.GetIndexer(), nil
 	case *corev1.Node:
 		return c.nodes.GetIndexer(), nil
 	case *resourcev1.ResourceSlice:

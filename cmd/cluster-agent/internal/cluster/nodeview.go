@@ -58,10 +58,20 @@ func (c *Cluster) NodeView(n *corev1.Node) (agent.NodeView, string) {
 			}
 			claimsSeen[id] = true
 			nv.ResourceClaims = append(nv.ResourceClaims, cl)
-			key.WriteString("|c:" + id + "@" + cl.ResourceVersion)
+			key.WriteString(claimKey(cl.Namespace, cl.Name) + cl.ResourceVersion)
 		}
 	}
 	return nv, key.String()
+}
+
+// claimKey is how a claim starts in a node view's key.
+func claimKey(namespace, name string) string { return "|c:" + namespace + "/" + name + "@" }
+
+// KeyHolds is whether a node's count of the key (NodeView) was counted
+// with the claim of the namespace and name holding devices there: once it
+// has, the count shows them taken.
+func KeyHolds(key, namespace, name string) bool {
+	return strings.Contains(key, claimKey(namespace, name))
 }
 
 // TaintRules are every DeviceTaintRule, sorted by name; none where the

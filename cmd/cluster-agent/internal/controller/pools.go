@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -36,11 +37,28 @@ type Pools struct {
 	// published again, newer, with the same report.
 	heartbeat time.Duration
 
+	// steering, if set, says whether each pool whose spec asks for
+	// steering is steered (the Steering condition and status.binding).
+	steering Steering
+
+	// mu guards state: the steerer reads the nodes' counts (SteerNodes)
+	// from its own goroutine.
+	mu    sync.Mutex
 	state map[string]*poolState
 	// changed is, by pool, when a changed report was last published: with
 	// an observedAt from before the change, which it is published again
 	// with as soon as a time after it is proven.
 	changed map[string]time.Time
+}
+
+// Steering says whether a pool whose spec asks for steering is steered
+// (docs/spec.md#steering): the pools reconciler writes what it says.
+type Steering interface {
+	// Status returns v1alpha1.ReasonSteered while the pool is steered,
+	// and otherwise another reason of the Steering condition and a
+	// message saying what to do. observed is whether the pool is
+	// reported (Synced True).
+	Status(pool string, observed bool) (reason, message string)
 }
 
 // poolState is what is kept of a pool between rounds.
@@ -70,6 +88,13 @@ func NewPools(c *cluster.Cluster, w Writer, proven func() time.Time, clk clock.P
 	return &Pools{cluster: c, writer: w, proven: proven, clock: clk, log: log, metrics: m, heartbeat: heartbeat, state: map[string]*poolState{}, changed: map[string]time.Time{}}
 }
 
+// WithSteering has the reconciler write the Steering condition and
+// status.binding of the pools whose spec asks for steering, as s says.
+func (p *Pools) WithSteering(s Steering) *Pools {
+	p.steering = s
+	return p
+}
+
 // Reconcile reconciles every PoolObservation once. One that cannot be
 // written is retried on the next round; it never stops the others.
 func (p *Pools) Reconcile(ctx context.Context) {
@@ -81,6 +106,8 @@ func (p *Pools) Reconcile(ctx context.Context) {
 			p.log.Info("Cannot write the status of a PoolObservation; retrying", "poolObservation", u.GetName(), "error", err.Error())
 		}
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for name := range p.state {
 		if !seen[name] {
 			delete(p.state, name)
@@ -98,34 +125,141 @@ func (p *Pools) reconcile(ctx context.Context, u *unstructured.Unstructured, pro
 	want, reason, err := p.status(ctx, u, proven)
 	p.metrics.BuildSeconds.WithLabelValues(name).Observe(p.clock.Since(started).Seconds())
 	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
 		p.metrics.PoolSynced.WithLabelValues(name).Set(0)
 		p.metrics.Errors.WithLabelValues(v1alpha1.KindPoolObservation, reason).Inc()
 		p.log.V(1).Info("Cannot observe a pool", "poolObservation", name, "reason", reason, "error", err.Error())
-		return p.write(ctx, u, failed(u, reason, err))
+		return p.write(ctx, u, p.withSteering(u, failed(u, reason, err), false))
 	}
 	p.metrics.PoolSynced.WithLabelValues(name).Set(1)
 	if want == nil {
 		// Nothing is proven yet: no report can say as of when it is.
 		return nil
 	}
-	return p.write(ctx, u, want)
+	return p.write(ctx, u, p.withSteering(u, want, true))
+}
+
+// withSteering adds to the status what steering says of the pool when its
+// spec asks for steering: binding Steered and Steering True while it is
+// steered, Steering False with why otherwise. A spec that does not ask
+// for it gets neither (write removes a Steering condition left over).
+func (p *Pools) withSteering(u *unstructured.Unstructured, s *v1alpha1.PoolObservationStatus, observed bool) *v1alpha1.PoolObservationStatus {
+	if p.steering == nil || !SteeringEnabled(u) {
+		return s
+	}
+	reason, msg := p.steering.Status(u.GetName(), observed)
+	c := metav1.Condition{Type: v1alpha1.ConditionSteering, Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: u.GetGeneration()}
+	if reason == v1alpha1.ReasonSteered {
+		c.Status = metav1.ConditionTrue
+		s.Binding = v1alpha1.BindingSteered
+	}
+	s.Conditions = append(s.Conditions, c)
+	return s
+}
+
+// SteeringEnabled is whether the PoolObservation's spec asks for
+// steering.
+func SteeringEnabled(u *unstructured.Unstructured) bool {
+	v, _, _ := unstructured.NestedString(u.Object, "spec", "steering")
+	return v1alpha1.Steering(v) == v1alpha1.SteeringEnabled
+}
+
+// StepDown writes, for each pool this replica reported steered, Steering
+// False (v1alpha1.ReasonAgentStopped) and no binding: called as the agent
+// shuts down while it still leads, so that no report says Steered while
+// no agent holds the pool's pods. The next leader writes its own.
+func (p *Pools) StepDown(ctx context.Context, message string) {
+	for _, u := range p.cluster.PoolObservations() {
+		have, err := cluster.PoolObservationOf(u)
+		if err != nil || have.Status.Binding == "" && !meta.IsStatusConditionTrue(have.Status.Conditions, v1alpha1.ConditionSteering) {
+			continue
+		}
+		next := have.Status
+		next.Binding = ""
+		meta.SetStatusCondition(&next.Conditions, metav1.Condition{
+			Type: v1alpha1.ConditionSteering, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonAgentStopped,
+			Message: message, ObservedGeneration: u.GetGeneration(), LastTransitionTime: metav1.NewTime(p.clock.Now()),
+		})
+		if err := p.writer.WriteStatus(ctx, v1alpha1.PoolObservationResource, u, &next); err != nil {
+			p.log.Info("Cannot write that the pool is no longer steered", "poolObservation", u.GetName(), "error", err.Error())
+		}
+	}
 }
 
 // status computes the pool's status: its report as of proven, or an error
 // (naming the object and the field) with the condition's reason. A nil
 // status and no error: nothing is proven yet.
 func (p *Pools) status(ctx context.Context, u *unstructured.Unstructured, proven time.Time) (*v1alpha1.PoolObservationStatus, string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st, counted, reason, err := p.count(ctx, u, true)
+	if err != nil {
+		return nil, reason, err
+	}
+	if proven.IsZero() {
+		return nil, "", nil
+	}
+	r, err := st.counter.Report(counted, proven)
+	if err != nil {
+		return nil, v1alpha1.ReasonCannotCount, fmt.Errorf("PoolObservation %s: %w", u.GetName(), err)
+	}
+	return reportStatus(u, r), "", nil
+}
+
+// SteerNode is a schedulable node of a pool as the steerer decides on it:
+// its free devices, as the pool's report counts them, and the key of what
+// they were counted from (cluster.NodeView).
+type SteerNode struct {
+	agent.SteerNode
+
+	Key string
+}
+
+// SteerNodes returns the pool's schedulable nodes (those its report
+// counts) with their free devices now, counting again the nodes whose
+// objects changed since they were counted, in the order of the pool's DRA
+// devices; an error, with the Synced condition's reason, when the pool
+// cannot be counted.
+func (p *Pools) SteerNodes(ctx context.Context, u *unstructured.Unstructured) ([]SteerNode, string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st, counted, reason, err := p.count(ctx, u, false)
+	if err != nil {
+		return nil, reason, err
+	}
+	out := make([]SteerNode, 0, len(counted))
+	for _, n := range counted {
+		if n.LeftOut != "" {
+			continue
+		}
+		free := make([]int64, len(n.Free))
+		for i, f := range n.Free {
+			free[i] = f.Count
+		}
+		out = append(out, SteerNode{SteerNode: agent.SteerNode{Name: n.Node, Free: free}, Key: st.nodes[n.Node].key})
+	}
+	return out, "", nil
+}
+
+// count counts the pool's nodes, again only those whose objects changed,
+// and returns the pool's state and every node's count; an error, with the
+// Synced condition's reason, when it cannot. record is whether the nodes
+// counted go to the metrics: a report's rounds do, steering's do not. The
+// caller holds p.mu.
+func (p *Pools) count(ctx context.Context, u *unstructured.Unstructured, record bool) (*poolState, []agent.NodeFree, string, error) {
 	po, err := cluster.PoolObservationOf(u)
 	if err != nil {
-		return nil, v1alpha1.ReasonInvalidSpec, err
+		return nil, nil, v1alpha1.ReasonInvalidSpec, err
 	}
 	pool, err := poolOf(po)
 	if err != nil {
-		return nil, v1alpha1.ReasonInvalidSpec, fmt.Errorf("PoolObservation %s: %w", po.Name, err)
+		return nil, nil, v1alpha1.ReasonInvalidSpec, fmt.Errorf("PoolObservation %s: %w", po.Name, err)
 	}
 	st := p.poolState(po, pool)
 	if st.err != nil {
-		return nil, st.reason, st.err
+		return nil, nil, st.reason, st.err
 	}
 
 	var counted []agent.NodeFree
@@ -147,13 +281,13 @@ func (p *Pools) status(ctx context.Context, u *unstructured.Unstructured, proven
 			}
 			if ctx.Err() != nil {
 				// Cancelled, not failed: count it again next time.
-				return nil, "", ctx.Err()
+				return nil, nil, "", ctx.Err()
 			}
 			st.nodes[n.Name] = ns
 			recounted++
 		}
 		if ns.err != nil {
-			return nil, ns.reason, ns.err
+			return nil, nil, ns.reason, ns.err
 		}
 		counted = append(counted, ns.free)
 	}
@@ -162,16 +296,11 @@ func (p *Pools) status(ctx context.Context, u *unstructured.Unstructured, proven
 			delete(st.nodes, name)
 		}
 	}
-	p.metrics.NodesCounted.WithLabelValues(po.Name, "recounted").Add(float64(recounted))
-	p.metrics.NodesCounted.WithLabelValues(po.Name, "reused").Add(float64(len(counted) - recounted))
-	if proven.IsZero() {
-		return nil, "", nil
+	if record {
+		p.metrics.NodesCounted.WithLabelValues(po.Name, "recounted").Add(float64(recounted))
+		p.metrics.NodesCounted.WithLabelValues(po.Name, "reused").Add(float64(len(counted) - recounted))
 	}
-	r, err := st.counter.Report(counted, proven)
-	if err != nil {
-		return nil, v1alpha1.ReasonCannotCount, fmt.Errorf("PoolObservation %s: %w", po.Name, err)
-	}
-	return reportStatus(u, r), "", nil
+	return st, counted, "", nil
 }
 
 // poolState returns the pool's kept state, made anew when the pool's spec
@@ -298,9 +427,13 @@ func (p *Pools) write(ctx context.Context, u *unstructured.Unstructured, want *v
 	// have was decoded anew from the cache: it is this call's to change.
 	next := &old
 	next.ObservedNodes, next.ObservedAt, next.NodesByFreeDevices = want.ObservedNodes, want.ObservedAt, want.NodesByFreeDevices
+	next.Binding = want.Binding
 	for _, c := range want.Conditions {
 		c.LastTransitionTime = metav1.NewTime(p.clock.Now())
 		meta.SetStatusCondition(&next.Conditions, c)
+	}
+	if meta.FindStatusCondition(want.Conditions, v1alpha1.ConditionSteering) == nil {
+		meta.RemoveStatusCondition(&next.Conditions, v1alpha1.ConditionSteering)
 	}
 	if err := p.writer.WriteStatus(ctx, v1alpha1.PoolObservationResource, u, next); err != nil {
 		return err
@@ -322,7 +455,10 @@ func (p *Pools) write(ctx context.Context, u *unstructured.Unstructured, want *v
 // sameReport is whether two statuses publish the same report and
 // condition, whatever their observedAt and transition times.
 func sameReport(a, b v1alpha1.PoolObservationStatus) bool {
-	if !equality.Semantic.DeepEqual(a.ObservedNodes, b.ObservedNodes) || !equality.Semantic.DeepEqual(a.NodesByFreeDevices, b.NodesByFreeDevices) {
+	if !equality.Semantic.DeepEqual(a.ObservedNodes, b.ObservedNodes) || !equality.Semantic.DeepEqual(a.NodesByFreeDevices, b.NodesByFreeDevices) || a.Binding != b.Binding {
+		return false
+	}
+	if (meta.FindStatusCondition(a.Conditions, v1alpha1.ConditionSteering) == nil) != (meta.FindStatusCondition(b.Conditions, v1alpha1.ConditionSteering) == nil) {
 		return false
 	}
 	if (a.ObservedAt == nil) != (b.ObservedAt == nil) {

@@ -35,7 +35,31 @@ type Metrics struct {
 	ProofLag prometheus.Histogram
 	// Leader is 1 while this replica is the leader.
 	Leader prometheus.Gauge
+
+	// SteeringHeld is how many pods the steering gate holds, by pool.
+	SteeringHeld *prometheus.GaugeVec
+	// SteeringOldest is how long the oldest of them has been held, by
+	// pool.
+	SteeringOldest *prometheus.GaugeVec
+	// SteeringDecisions counts held pods released or deleted, by pool and
+	// outcome.
+	SteeringDecisions *prometheus.CounterVec
 }
+
+// The outcomes of SteeringDecisions.
+const (
+	// OutcomePinned: released pinned to the node decided.
+	OutcomePinned = "pinned"
+	// OutcomeUnpinned: released unpinned, as decided (it fitted no node,
+	// its claim could not be sized, its pool is not steered).
+	OutcomeUnpinned = "unpinned"
+	// OutcomeTimeout: released unpinned because it was held the longest
+	// a pod may be.
+	OutcomeTimeout = "timeout"
+	// OutcomeDeleted: a pinned pod deleted, its node's devices taken by
+	// another pod, for its controller to make it again.
+	OutcomeDeleted = "deleted"
+)
 
 // New registers the agent's metrics. syncedAt returns the newest proven
 // time (zero before the first); the sync age is measured from it, or from
@@ -77,6 +101,16 @@ func New(syncedAt func() time.Time) *Metrics {
 			Help: "1 while this replica holds the leader Lease and writes statuses.",
 		}),
 	}
+	m.SteeringHeld = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cluster_agent_steering_held_pods",
+		Help: "Pods the steering gate holds, by the pool of their modelplane.ai/pool nodeSelector; written by the leader.",
+	}, []string{"pool"})
+	m.SteeringOldest = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cluster_agent_steering_oldest_held_seconds",
+		Help: "Seconds since the oldest pod the steering gate holds was created (held since), by pool; 0 with none held; written by the leader.",
+	}, []string{"pool"})
+	m.SteeringDecisions = counterVec("cluster_agent_steering_decisions_total",
+		"Held pods released or deleted by the steering agent, by pool and outcome (pinned, unpinned, timeout, deleted).", "pool", "outcome")
 	age := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "cluster_agent_sync_age_seconds",
 		Help: "Seconds since the newest time the agent's view is proven complete as of (the observedAt it would publish now); since the agent started, before the first.",
@@ -88,6 +122,7 @@ func New(syncedAt func() time.Time) *Metrics {
 		return time.Since(at).Seconds()
 	})
 	r.MustRegister(m.Writes, m.Errors, m.PoolSynced, m.BuildSeconds, m.NodesCounted, m.PublishedAge, m.Proofs, m.ProofLag, m.Leader, age,
+		m.SteeringHeld, m.SteeringOldest, m.SteeringDecisions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
