@@ -807,3 +807,23 @@ func TestRenderInvalidNodeSelector(t *testing.T) {
 		message: []string{"engine", "gpu"},
 	})
 }
+
+// TestRendersOfOneXRShareNothing: Crossplane v2.4's render gives an XR a
+// uid, the same on every render, so every fixture of ml-team/qwen3-32b is
+// one deployment to the function these tests share. One fixture's fleet must
+// not decide what another's call asks for: here invalid-observation reads
+// a fleet of no replicas whole, pods-counted a fleet whose every pool
+// reports, and pods-scheduled-after-observation must still read its whole
+// fleet (its llama-70b carries no counted label) and charge llama-70b
+// (docs/spec.md#narrow-requests). Not parallel: the order is the test.
+func TestRendersOfOneXRShareNothing(t *testing.T) {
+	if skip != "" {
+		t.Skip(skip)
+	}
+	render(t, "e2e/testdata/invalid-observation")
+	render(t, "e2e/testdata/pods-counted")
+	out := render(t, "e2e/testdata/pods-scheduled-after-observation")
+	if keys := sortedKeys(out.composed); len(keys) != 0 {
+		t.Errorf("after two other fixtures of the same XR, pods-scheduled-after-observation composed %v, want nothing: llama-70b's 4 GPUs, scheduled after the observation, must be charged\n%s", keys, out.raw)
+	}
+}

@@ -54,10 +54,11 @@ type Fleet struct {
 
 	// Unlabelled is how many of the replicas read carry no counted label
 	// (composed by Modelplane v0.3, or by a version of this function before
-	// it), and Fixtures how many carry no uid, as a render fixture's
-	// objects do: a fleet may be read narrowly only once a whole one of
-	// API objects has been read with none unlabelled
-	// (docs/spec.md#narrow-requests).
+	// it), and Fixtures how many of the clusters and replicas read carry
+	// no uid or resourceVersion, as a render fixture's objects do: a fleet
+	// may be read narrowly only once a whole one of API objects has been
+	// read with none unlabelled, and never while a cluster carried is a
+	// fixture (docs/spec.md#narrow-requests).
 	Unlabelled, Fixtures int
 
 	// all are every replica read, and shown indexes them by name, made
@@ -201,6 +202,9 @@ func (r *Reader) readClusters(sr *structReader, items Items, fl *Fleet) ([]*obse
 			return read, unreadable, nil
 		}
 		c, err := sr.readCluster(item, cache, call)
+		if len(sr.cacheKey) == 0 {
+			fl.Fixtures++
+		}
 		if err == nil {
 			read = append(read, c)
 			continue

@@ -55,6 +55,12 @@ type Ask struct {
 	Carried bool
 	// Clusters are the clusters this iteration carries, read and judged.
 	Clusters []scheduling.Cluster
+	// Fixtures is how many of the clusters carried have no uid or
+	// resourceVersion: a render's. Crossplane v2.4's render gives the XR a
+	// uid, the same on every render of that XR, so renders of one XR
+	// against one server share what the server knows of it; a fixture
+	// fleet never narrows.
+	Fixtures int
 	Now      time.Time
 }
 
@@ -62,9 +68,9 @@ type Ask struct {
 // only when the server has read a fleet of API objects whole with every
 // ModelReplica labelled, the deployment read it whole within every, no
 // earlier iteration went full, and every pool of every cluster the
-// iteration carries has a usable report. Before any cluster is carried it
-// may, if they all had at the deployment's last call: the next iteration,
-// which carries them, decides again.
+// iteration carries has a usable report, none of them a fixture. Before
+// any cluster is carried it may, if they all had at the deployment's last
+// call: the next iteration, which carries them, decides again.
 func (n *Narrowing) Narrow(a Ask) bool {
 	if n == nil || a.Deployment == "" || a.WentFull {
 		return false
@@ -78,6 +84,9 @@ func (n *Narrowing) Narrow(a Ask) bool {
 	}
 	if !a.Carried {
 		return usable
+	}
+	if a.Fixtures > 0 {
+		return false
 	}
 	for _, c := range a.Clusters {
 		if !everyPoolUsable(c) {

@@ -91,6 +91,11 @@ func TestNarrow(t *testing.T) {
 			n:      labelled(),
 			ask:    Ask{Carried: true, Clusters: usable, Now: at},
 		},
+		"FixtureClusters": {
+			reason: "A render's clusters carry no uid: Crossplane v2.4 gives the XR a uid, the same on every render, so another fixture of the same XR may have read a labelled fleet whole on this server; this one's replicas are not that fleet's. Full.",
+			n:      labelled(),
+			ask:    Ask{Deployment: "uid-d", Carried: true, Clusters: usable, Fixtures: 1, Now: at},
+		},
 		"NeverReadWhole": {
 			reason: "A server that has not read a fleet whole (just started) knows of no labels: full.",
 			n:      NewNarrowing(DefaultFullEvery),

@@ -105,7 +105,7 @@ func Require(r *Reader, n *Narrowing, it Iteration) (*Asked, error) {
 	clusters, readErr := r.ReadClusters(items, it.Now, it.MaxAge)
 	ask := Ask{Deployment: it.Deployment.Metadata.UID, WentFull: it.AskedWhole || readErr != nil, Now: it.Now}
 	if carried && clusters != nil {
-		ask.Carried, ask.Clusters = true, clusters.Clusters
+		ask.Carried, ask.Clusters, ask.Fixtures = true, clusters.Clusters, clusters.Fixtures
 	}
 	a := &Asked{reader: r, narrowing: n, it: it, narrow: n.Narrow(ask), clusters: clusters, clustersErr: readErr}
 	return a, a.require()

@@ -85,9 +85,14 @@ func TestUnion(t *testing.T) {
 // on no cluster of the call, and those that do not read, count too.
 func TestReadCountsLabels(t *testing.T) {
 	xr := fx.Deployment("m").Obj()
+	fixtureCluster := fx.Cluster("a").Pools(fx.Pool("p", 1).Devices(fx.GPU("gpu", 8, "80Gi")).Obj()).Obj()
 	cluster := fx.Cluster("a").Pools(fx.Pool("p", 1).Devices(fx.GPU("gpu", 8, "80Gi")).Obj()).Obj()
+	cluster.Metadata.UID, cluster.Metadata.ResourceVersion = "uid-a", "7"
+	unversioned := fx.Cluster("b").Obj()
+	unversioned.Metadata.UID = "uid-b"
 	cases := map[string]struct {
 		reason                   string
+		clusters                 []any // cluster when nil
 		replicas                 []any
 		wantUnlabelled, wantFixt int
 	}{
@@ -105,6 +110,23 @@ func TestReadCountsLabels(t *testing.T) {
 			replicas:       []any{fx.Replica("m", "a", 0).Obj()},
 			wantUnlabelled: 1, wantFixt: 1,
 		},
+		"AFixtureCluster": {
+			reason:   "A cluster without a uid is a render's, whatever the replicas: Crossplane v2.4's render gives only the XR a uid.",
+			clusters: []any{cluster, fixtureCluster},
+			replicas: []any{versioned(labelled(fx.Replica("m", "a", 0).Obj(), "true"), "u1", "1")},
+			wantFixt: 1,
+		},
+		"AClusterWithoutResourceVersion": {
+			reason:   "A uid without a resourceVersion does not tell versions apart: not an API object.",
+			clusters: []any{cluster, unversioned},
+			wantFixt: 1,
+		},
+		"RenderFleet": {
+			reason:         "A render: the cluster and the replica without uids.",
+			clusters:       []any{fixtureCluster},
+			replicas:       []any{fx.Replica("m", "a", 0).Obj()},
+			wantUnlabelled: 1, wantFixt: 2,
+		},
 		"UnreadableUnlabelled": {
 			reason:         "A replica that does not read, and carries no label, is unlabelled.",
 			replicas:       []any{map[string]any{"metadata": map[string]any{"name": "x", "namespace": "ml-team", "uid": "u3", "resourceVersion": "1"}, "spec": map[string]any{"clusterName": 3}}},
@@ -113,7 +135,11 @@ func TestReadCountsLabels(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			fl := read(t, nil, request(t, xr, []any{cluster}, tc.replicas))
+			clusters := tc.clusters
+			if clusters == nil {
+				clusters = []any{cluster}
+			}
+			fl := read(t, nil, request(t, xr, clusters, tc.replicas))
 			if fl.Unlabelled != tc.wantUnlabelled || fl.Fixtures != tc.wantFixt {
 				t.Errorf("%s\nRead(...): %d unlabelled, %d fixtures; want %d, %d", tc.reason, fl.Unlabelled, fl.Fixtures, tc.wantUnlabelled, tc.wantFixt)
 			}
