@@ -197,8 +197,21 @@ func gated(p *corev1.Pod) bool {
 // seen each.
 func (pw *podWatch) of(t *testing.T, names ...string) []podRecord {
 	t.Helper()
+	return pw.records(t, false, names)
+}
+
+// bound returns the records of the named pods, waiting until the watch has
+// seen each bound: a test that saw them bound with a GET may be ahead of
+// its watch.
+func (pw *podWatch) bound(t *testing.T, names ...string) []podRecord {
+	t.Helper()
+	return pw.records(t, true, names)
+}
+
+func (pw *podWatch) records(t *testing.T, bound bool, names []string) []podRecord {
+	t.Helper()
 	var out []podRecord
-	eventually(t, 30*time.Second, fmt.Sprintf("the watch seeing pods %v", names), func() error {
+	eventually(t, 30*time.Second, fmt.Sprintf("the watch seeing pods %v (bound: %t)", names, bound), func() error {
 		pw.mu.Lock()
 		defer pw.mu.Unlock()
 		if pw.err != nil {
@@ -213,6 +226,9 @@ func (pw *podWatch) of(t *testing.T, names ...string) []podRecord {
 			r, ok := byName[n]
 			if !ok {
 				return fmt.Errorf("pod %s not seen", n)
+			}
+			if bound && r.node == "" {
+				return fmt.Errorf("pod %s not seen bound", n)
 			}
 			out = append(out, r)
 		}
@@ -360,7 +376,7 @@ func steeredScenario(t *testing.T, f *fleet) { //nolint:thelper // A scenario ru
 	}
 	f.checkLedger(t, "steer-four", "alpha", "pair", true)
 	all := append(slices.Clone(two), four...)
-	held := checkSteered(t, pw.of(t, w.podNames(t, all)...))
+	held := checkSteered(t, pw.bound(t, w.podNames(t, all)...))
 	t.Logf("held, creation to release as the test's watch saw them: %v", roundAll(held))
 	f.waitPodsScheduled(t, "True", all, settle)
 	if s, c := f.steeringOf(t, "alpha", "pair"); s != steered {
@@ -411,7 +427,7 @@ func policyDeleted(t *testing.T, f *fleet) { //nolint:thelper // A scenario run 
 	unheld := f.waitPlaced(t, "unheld", 1, "alpha", "pair", settle)
 	f.waitBound(t, "alpha", unheld, settle)
 	f.checkLedger(t, "unheld", "alpha", "pair", false)
-	for _, r := range pw.of(t, w.podNames(t, unheld)...) {
+	for _, r := range pw.bound(t, w.podNames(t, unheld)...) {
 		if r.gated || r.writes != 0 {
 			t.Errorf("pod %s of unheld, created %s after the policy was deleted: held %t, steered to %q", r.name, r.added.Sub(deleted).Round(time.Second), r.gated, r.steeredTo)
 		}
@@ -487,7 +503,7 @@ func agentKilled(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by
 	w.stopAgent(t, hung, true)
 
 	nodes := f.waitBound(t, "alpha", replicas, settle)
-	records := pw.of(t, names...)
+	records := pw.bound(t, names...)
 	checkSteered(t, records)
 	l := w.lease(t)
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != next.pod || l.Spec.AcquireTime == nil {
@@ -580,7 +596,7 @@ func handOver(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.
 	f.waitBound(t, "alpha", replicas, settle)
 	var held, byStandby int
 	var longest time.Duration
-	for _, r := range pw.of(t, w.podNames(t, replicas)...) {
+	for _, r := range pw.bound(t, w.podNames(t, replicas)...) {
 		if r.gated && !r.released.IsZero() {
 			longest = max(longest, r.released.Sub(r.added))
 		}
