@@ -126,10 +126,10 @@ func invalidSelectorMessage(invalid *scheduling.InvalidSelectorError) string {
 // setScheduledCondition sets ReplicasScheduled from the outcome and what
 // was composed of it, and emits the Normal event the first time replicas
 // are placed.
-func setScheduledCondition(rsp *fnv1.RunFunctionResponse, o plan.Outcome, composed []composedReplica, clusters int) {
+func setScheduledCondition(rsp *fnv1.RunFunctionResponse, o plan.Outcome, composed []composedReplica, clusters int, xr *v1alpha1.ModelDeployment, cache fleet.CacheReference) {
 	switch o.Kind {
 	case plan.NoClusters:
-		response.ConditionFalse(rsp, condReplicasScheduled, reasonNoClusters)
+		response.ConditionFalse(rsp, condReplicasScheduled, reasonNoClusters).WithMessage(noClustersMessage(xr, cache))
 		return
 	case plan.InvalidSelector:
 		response.ConditionFalse(rsp, condReplicasScheduled, reasonInvalidNodeSelector).WithMessage(invalidSelectorMessage(o.Invalid))
@@ -198,6 +198,43 @@ func warnMoves(rsp *fnv1.RunFunctionResponse, xr *v1alpha1.ModelDeployment, move
 		}
 		response.Warning(rsp, fmt.Errorf("Re-placed ModelReplica %s/%s on %s: its pods were unscheduled for %s on %s; now on %s", //nolint:staticcheck // An event for people, capitalised as the others.
 			xr.Metadata.Namespace, m.Name, to, m.Unscheduled.Round(time.Second), poolList(m.From), poolList(m.To)))
+	}
+}
+
+// noClustersMessage echoes the selector that selected no InferenceCluster
+// (docs/spec.md#status-and-conditions): a typo in a label is then plain.
+func noClustersMessage(xr *v1alpha1.ModelDeployment, cache fleet.CacheReference) string {
+	var parts []string
+	if cs := xr.Spec.Template.Spec.ClusterSelector; cs != nil && len(cs.MatchLabels) > 0 {
+		parts = append(parts, "clusterSelector.matchLabels "+labelList(cs.MatchLabels))
+	}
+	if len(cache.ClusterLabels) > 0 {
+		parts = append(parts, fmt.Sprintf("ModelCache %s's clusterSelector.matchLabels %s", cache.Ref.Name, labelList(cache.ClusterLabels)))
+	}
+	if len(parts) == 0 {
+		return "No InferenceCluster exists"
+	}
+	return "No InferenceCluster has every label of " + strings.Join(parts, " and ")
+}
+
+// labelList renders labels as key=value, sorted by key.
+func labelList(labels map[string]string) string {
+	out := make([]string, 0, len(labels))
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		out = append(out, k+"="+labels[k])
+	}
+	return "{" + strings.Join(out, ", ") + "}"
+}
+
+// warnUnmatched emits a Warning per request of the deployment that no
+// pool's devices meet where its engine matched no pool, saying which
+// selector and what the pools offer (docs/spec.md#a-selector-that-matches-no-pool).
+func warnUnmatched(rsp *fnv1.RunFunctionResponse, sf *scheduling.Shortfall) {
+	if sf == nil {
+		return
+	}
+	for _, u := range sf.Unmatched {
+		response.Warning(rsp, errors.New("nodeSelector: "+u.String()))
 	}
 }
 

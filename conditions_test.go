@@ -77,9 +77,30 @@ func TestRunFunctionConditions(t *testing.T) {
 			reason: "No InferenceClusters: NoClusters and a warning, as Modelplane.",
 			req:    request(t, fx.Deployment("m").Obj(), nil, nil),
 			want: want{
-				conds:   map[string]*fnv1.Condition{condReplicasScheduled: cond(condReplicasScheduled, falseS, reasonNoClusters, "")},
+				conds:   map[string]*fnv1.Condition{condReplicasScheduled: cond(condReplicasScheduled, falseS, reasonNoClusters, "No InferenceCluster exists")},
 				results: []*fnv1.Result{result(fnv1.Severity_SEVERITY_WARNING, "No InferenceClusters found")},
 				ttl:     time.Minute,
+			},
+		},
+		"NoClustersEchoesTheSelector": {
+			reason: "A cluster selector that selects nothing is echoed, sorted, so that a typo in a label is plain.",
+			req:    request(t, fx.Deployment("m").ClusterSelector(map[string]string{"region": "eu-wset", "gpu": "h100"}).Obj(), nil, nil),
+			want: want{
+				conds:   map[string]*fnv1.Condition{condReplicasScheduled: cond(condReplicasScheduled, falseS, reasonNoClusters, "No InferenceCluster has every label of clusterSelector.matchLabels {gpu=h100, region=eu-wset}")},
+				results: []*fnv1.Result{result(fnv1.Severity_SEVERITY_WARNING, "No InferenceClusters found")},
+				ttl:     time.Minute,
+			},
+		},
+		"NodeSelectorMatchesNoPool": {
+			reason: "A nodeSelector that no pool meets: the shortfall says so per cluster, and a warning names the selector and what the pools offer.",
+			req: request(t, fx.Deployment("m").Engines(fx.Standalone("main", fx.Request("gpu", 1, `device.attributes["gpu.nvidia.com"].productName == "NVIDIA H200"`))).Obj(),
+				[]any{fx.Cluster("a").Obj()}, nil),
+			want: want{
+				conds: map[string]*fnv1.Condition{condReplicasScheduled: cond(condReplicasScheduled, falseS, reasonInsufficientCapacity,
+					"0 of 1 replicas scheduled (checked 1 clusters); 0/1 clusters can host another replica: a: engine main: no pool matches the nodeSelector")},
+				results: []*fnv1.Result{result(fnv1.Severity_SEVERITY_WARNING,
+					`nodeSelector: engine main member 0 (Standalone) request gpu matches no pool of a: selector #0 "device.attributes[\"gpu.nvidia.com\"].productName == \"NVIDIA H200\"" meets no device; the devices' productName: "NVIDIA GPU 141Gi"`)},
+				ttl: time.Minute,
 			},
 		},
 		"InsufficientCapacityExplained": {

@@ -63,9 +63,10 @@ func write(rsp *fnv1.RunFunctionResponse, c call) error {
 		rsp.Desired.Composite.Ready = fnv1.Ready_READY_FALSE
 	case plan.Placed:
 		warnMoves(rsp, c.xr, c.outcome.Plan.Moves)
+		warnUnmatched(rsp, c.outcome.Plan.Shortfall)
 		setTTL(rsp, c.fleet.Pools, c.now)
 	}
-	setScheduledCondition(rsp, c.outcome, composed, len(c.fleet.Clusters))
+	setScheduledCondition(rsp, c.outcome, composed, len(c.fleet.Clusters), c.xr, c.cache)
 	setReadyCondition(rsp, len(composed), countReady(composed))
 	setCapacityObserved(rsp, c.fleet)
 	return nil

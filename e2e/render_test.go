@@ -405,6 +405,29 @@ func TestRender(t *testing.T) {
 			warnings:  [][]string{{solo, poolH100}},
 			wholeNode: true,
 		},
+		"NodeSelectorTypoSaysWhat": {
+			reason: "productname for productName: no pool matches, and a warning names the selector, " +
+				"the runtime error, the spelling the devices publish and the products the pools offer.",
+			fixture: "e2e/testdata/selector-typo",
+			conditions: map[string]wantCondition{
+				condReplicasScheduled: {status: statusFalse, reasons: []string{reasonInsufficientCapacity}, message: []string{"engine main: no pool matches the nodeSelector"}},
+			},
+			warnings: [][]string{{
+				"engine main member 0 (Standalone) request gpu matches no pool of solo",
+				`selector #0 "device.attributes[\"gpu.nvidia.com\"].productname`,
+				"no such key: productname",
+				`it uses "productname", the devices publish productName`,
+				`the devices' productName: "NVIDIA H100 80GB HBM3"`,
+			}},
+		},
+		"ClusterSelectorTypoEchoed": {
+			reason:  "A clusterSelector label value with a typo selects no cluster: NoClusters echoes the selector.",
+			fixture: "e2e/testdata/cluster-selector-typo",
+			conditions: map[string]wantCondition{
+				condReplicasScheduled: {status: statusFalse, reasons: []string{"NoClusters"}, message: []string{"No InferenceCluster has every label of clusterSelector.matchLabels {region=eu-wset}"}},
+			},
+			warnings: [][]string{{"No InferenceClusters found"}},
+		},
 		"PodsScheduledAfterObservationAreCharged": {
 			reason: "llama-70b's pods were scheduled after the observation, so the ledger charges " +
 				"its 4 GPUs against the histogram's 4 free: the four-GPU replica does not fit.",

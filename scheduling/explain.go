@@ -74,6 +74,9 @@ type DeviceCount struct {
 type Shortfall struct {
 	// Clusters is sorted by cluster name.
 	Clusters []ClusterVerdict
+	// Unmatched are, for each engine no pool matched on some cluster,
+	// the requests no device of those clusters' pools meets, and why.
+	Unmatched []UnmatchedRequest
 }
 
 // ClusterVerdict is why one cluster could not host another replica.

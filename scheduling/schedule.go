@@ -360,7 +360,9 @@ func (s *pass) fill(kept []Placement, n int) ([]Placement, *Shortfall) {
 	for range n {
 		best, res, verdicts := s.chooseCluster(load)
 		if best == nil {
-			return placed, newShortfall(verdicts)
+			sf := newShortfall(verdicts)
+			sf.Unmatched = s.unmatched(sf.Clusters)
+			return placed, sf
 		}
 		if used[best.name] == nil {
 			used[best.name] = map[int]bool{}

@@ -71,6 +71,9 @@ type CacheReference struct {
 	Ref *v1alpha1.LocalRef
 	// Found is whether the referenced ModelCache exists.
 	Found bool
+	// ClusterLabels are the labels its clusterSelector adds to the
+	// deployment's.
+	ClusterLabels map[string]string
 }
 
 // Unresolved is whether a cache is referenced that does not exist: with
@@ -139,6 +142,7 @@ func (a *Asked) require() error {
 		case cache != nil:
 			a.Cache.Found = true
 			if cache.Spec.ClusterSelector != nil {
+				a.Cache.ClusterLabels = cache.Spec.ClusterSelector.MatchLabels
 				maps.Copy(labels, cache.Spec.ClusterSelector.MatchLabels)
 			}
 		}
