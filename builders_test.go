@@ -230,7 +230,8 @@ type fleetGen struct {
 	now      time.Time
 	rv       int
 	// usable makes every pool's report present, valid and at most 200s
-	// old: the fleets a call may read narrowly.
+	// old, and every cluster an API object: the fleets a call may read
+	// narrowly.
 	usable bool
 }
 
@@ -437,7 +438,7 @@ func (g *fleetGen) cluster(name string) map[string]any {
 	}
 	w = w.Pools(pools...)
 	c := w.Obj()
-	if g.p(0.5) {
+	if g.p(0.5) || g.usable {
 		c.Metadata.UID, c.Metadata.ResourceVersion = "uid-"+name, g.nextRV()
 	}
 	m := dgToMap(c)

@@ -233,9 +233,11 @@ func warnUnmatched(rsp *fnv1.RunFunctionResponse, sf *scheduling.Shortfall) {
 	if sf == nil {
 		return
 	}
+	warnings := make([]string, 0, len(sf.Unmatched))
 	for _, u := range sf.Unmatched {
-		response.Warning(rsp, errors.New("nodeSelector: "+u.String()))
+		warnings = append(warnings, "nodeSelector: "+u.String())
 	}
+	warn(rsp, warnings)
 }
 
 func poolList(pools []scheduling.PoolRef) string {

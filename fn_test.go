@@ -611,6 +611,9 @@ func TestNarrowHandshake(t *testing.T) {
 	xr.Metadata.UID = "uid-m"
 	usable := fx.Cluster("a").Pools(fx.Pool("p", 2).Devices(fx.GPU("gpu", 4, "80Gi")).Observed(at.Add(-time.Minute), 2, fx.NodesFree(2, "gpu", 4)).Obj()).Obj()
 	stale := fx.Cluster("a").Pools(fx.Pool("p", 2).Devices(fx.GPU("gpu", 4, "80Gi")).Observed(at.Add(-time.Hour), 2, fx.NodesFree(2, "gpu", 4)).Obj()).Obj()
+	// API objects: a call never narrows on a fixture's cluster.
+	usable.Metadata.UID, usable.Metadata.ResourceVersion = "uid-a", "1"
+	stale.Metadata.UID, stale.Metadata.ResourceVersion = "uid-a", "2"
 	other := fx.Replica("o", "a", 0).Engines(fx.PinnedStandalone("main", "p", fx.Stamped(1))).Obj()
 	other.Metadata.Labels[v1alpha1.LabelCounted] = "false"
 	carrying := func(names ...string) *fnv1.RunFunctionRequest {
@@ -708,6 +711,7 @@ func TestNarrowLearnsFromWholeFleets(t *testing.T) {
 	xr := fx.Deployment("m").Engines(fx.Standalone("main", fx.GPURequest(1))).Obj()
 	xr.Metadata.UID = "uid-m"
 	cluster := fx.Cluster("a").Pools(fx.Pool("p", 2).Devices(fx.GPU("gpu", 4, "80Gi")).Observed(at.Add(-time.Minute), 2, fx.NodesFree(2, "gpu", 4)).Obj()).Obj()
+	cluster.Metadata.UID, cluster.Metadata.ResourceVersion = "uid-a", "1"
 	replica := func(deployment string, labelled bool) *v1alpha1.ModelReplica {
 		r := fx.Replica(deployment, "a", 0).Engines(fx.PinnedStandalone("main", "p", fx.Stamped(1))).Obj()
 		r.Metadata.UID, r.Metadata.ResourceVersion = "uid-"+deployment, "1"
@@ -810,6 +814,10 @@ func everyPoolUsable(req *fnv1.RunFunctionRequest, maxAge time.Duration, at time
 	for _, item := range req.GetRequiredResources()[fleet.RequiredClusters].GetItems() {
 		var c v1alpha1.InferenceCluster
 		if decodeInto(item.GetResource(), &c) != nil {
+			return false
+		}
+		if c.Metadata.UID == "" || c.Metadata.ResourceVersion == "" {
+			// A fixture's cluster: a call never narrows on it.
 			return false
 		}
 		_, pools := observation.Clusters([]*v1alpha1.InferenceCluster{&c}, at, maxAge)

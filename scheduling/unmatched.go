@@ -25,12 +25,14 @@ type UnmatchedRequest struct {
 	Member  int
 	Role    string
 	Request string
-	// Clusters are the clusters whose pools were searched, sorted.
+	// Clusters are the clusters whose pools were searched: every readable
+	// one of the pass, sorted.
 	Clusters []string
 
 	// Selector is the index of the first selector that alone meets no
 	// device, and Expression its CEL; -1 and "" when each meets some
-	// device, but no device meets them all, or none has Count on a node.
+	// device, but no device meets them all, or none has Count on a node,
+	// or there are no devices.
 	Selector   int
 	Expression string
 	// EvalError is the first CEL runtime error Selector gave, and the
@@ -40,8 +42,11 @@ type UnmatchedRequest struct {
 
 	// Count is how many devices the request claims on one node, and
 	// MostOnANode how many a device that meets every selector has on one
-	// node (0 when none meets them).
+	// node; SelectorsMet is whether any device meets them all.
 	Count, MostOnANode int64
+	SelectorsMet       bool
+	// NoDevices is true when the pools searched publish no device.
+	NoDevices bool
 
 	// Offered are, for each attribute Expression names, the values the
 	// pools' devices publish.
@@ -85,36 +90,26 @@ var stringLiteral = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'`)
 var identifier = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
 
 // unmatched diagnoses, for each engine the verdicts say no pool matched
-// and none says a matching pool lacked room, its requests that no device
-// of those clusters' pools meets. An engine that matches pools somewhere
-// (an H100 selector on a fleet of H100 and L4 clusters, all full) is not a
-// mistake: it is not diagnosed.
+// on some cluster, its requests that no device of any readable cluster of
+// the pass (ready or not, with room or not) meets. A request of an engine
+// that matches pools somewhere (an H100 selector on a fleet of H100 and L4
+// clusters, all full) is met there: it is not diagnosed.
 func (s *pass) unmatched(verdicts []ClusterVerdict) []UnmatchedRequest {
-	byEngine := map[string][]string{}
-	matchedSomewhere := map[string]bool{}
+	named := map[string]bool{}
 	for _, v := range verdicts {
-		switch v.Reason.Kind {
-		case ReasonNoPoolMatches:
-			byEngine[v.Reason.Engine] = append(byEngine[v.Reason.Engine], v.Cluster)
-		case ReasonCapacity:
-			matchedSomewhere[v.Reason.Engine] = true
+		if v.Reason.Kind == ReasonNoPoolMatches {
+			named[v.Reason.Engine] = true
 		}
 	}
+	if len(named) == 0 {
+		return nil
+	}
+	clusters, devices := s.readableDevices()
 	var out []UnmatchedRequest
 	for ei := range s.engines {
 		e := &s.engines[ei]
-		clusters := byEngine[e.name]
-		if len(clusters) == 0 || matchedSomewhere[e.name] {
+		if !named[e.name] {
 			continue
-		}
-		slices.Sort(clusters)
-		var devices []*poolDevice
-		for _, name := range clusters {
-			for _, p := range s.clusters[name].pools {
-				for i := range p.devices {
-					devices = append(devices, &p.devices[i])
-				}
-			}
 		}
 		found := 0
 		for mi := range e.members {
@@ -133,25 +128,51 @@ func (s *pass) unmatched(verdicts []ClusterVerdict) []UnmatchedRequest {
 	return out
 }
 
+// readableDevices are the names of the pass's readable clusters, sorted,
+// and every device of their pools.
+func (s *pass) readableDevices() ([]string, []*poolDevice) {
+	var clusters []string
+	var devices []*poolDevice
+	for _, cl := range s.clusterList {
+		if cl.unreadable != "" {
+			continue
+		}
+		clusters = append(clusters, cl.name)
+		for _, p := range cl.pools {
+			for i := range p.devices {
+				devices = append(devices, &p.devices[i])
+			}
+		}
+	}
+	return clusters, devices
+}
+
 // diagnoseRequest says why no device meets a request, or false when one
 // does: then its member failed with the requests before it, which took
 // the device it needed.
 func diagnoseRequest(r *request, devices []*poolDevice) (UnmatchedRequest, bool) {
-	u := UnmatchedRequest{Request: r.name, Count: r.count, Selector: -1}
+	u := UnmatchedRequest{Request: r.name, Count: r.count, Selector: -1, NoDevices: len(devices) == 0}
 	for _, d := range devices {
 		if d.satisfies(r.programs) {
+			u.SelectorsMet = true
 			u.MostOnANode = max(u.MostOnANode, d.count)
 		}
 	}
-	if u.MostOnANode >= r.count {
+	switch {
+	case u.MostOnANode >= r.count && u.SelectorsMet:
 		return u, false
-	}
-	if u.MostOnANode > 0 {
+	case u.SelectorsMet || u.NoDevices:
 		return u, true
 	}
 	for si, p := range r.programs {
 		meets, evalErr, failed := false, "", 0
+		// Devices of one kind evaluate alike: each kind once.
+		seen := map[*deviceKind]bool{}
 		for _, d := range devices {
+			if seen[d.kind] {
+				continue
+			}
+			seen[d.kind] = true
 			matched, err := evaluate(p, d)
 			if err != "" {
 				failed++
@@ -165,7 +186,7 @@ func diagnoseRequest(r *request, devices []*poolDevice) (UnmatchedRequest, bool)
 			}
 		}
 		if !meets {
-			if failed < len(devices) {
+			if failed < len(seen) {
 				// It evaluated on some device: the others' errors are those
 				// of devices it was never meant for (a GPU's selector on a
 				// NIC), which DRA's device class would not even offer it.
@@ -223,7 +244,8 @@ func offered(expr string, devices []*poolDevice) ([]AttributeValues, []Misspelli
 	}
 	for _, m := range attributeDomain.FindAllStringSubmatch(expr, -1) {
 		if !domains[m[1]] && !slices.ContainsFunc(misspelt, func(x Misspelling) bool { return x.Used == m[1] }) {
-			misspelt = append(misspelt, Misspelling{Used: m[1], Published: slices.Sorted(maps.Keys(domains))})
+			all := slices.Sorted(maps.Keys(domains))
+			misspelt = append(misspelt, Misspelling{Used: m[1], Published: all[:min(len(all), maxOfferedValues)]})
 		}
 	}
 	return out, misspelt
@@ -276,17 +298,22 @@ func splitQualified(name string) (string, string) {
 	return "", name
 }
 
-// attributeString renders an attribute's value as CEL would spell it.
+// attributeString renders an attribute's value as CEL sees it
+// (attributeValue's order), spelt as CEL would; false for one CEL cannot
+// read.
 func attributeString(a v1alpha1.DeviceAttribute) (string, bool) {
+	v, defect := attributeValue(a)
 	switch {
-	case a.String != nil:
-		return strconv.Quote(*a.String), true
-	case a.Int != nil:
-		return strconv.FormatInt(*a.Int, 10), true
-	case a.Bool != nil:
-		return strconv.FormatBool(*a.Bool), true
-	case a.Version != nil:
-		return fmt.Sprintf("semver(%q)", *a.Version), true
+	case defect != "":
+		return "", false
+	case v.IntValue != nil:
+		return strconv.FormatInt(*v.IntValue, 10), true
+	case v.BoolValue != nil:
+		return strconv.FormatBool(*v.BoolValue), true
+	case v.StringValue != nil:
+		return strconv.Quote(*v.StringValue), true
+	case v.VersionValue != nil:
+		return fmt.Sprintf("semver(%q)", *v.VersionValue), true
 	}
 	return "", false
 }
@@ -296,7 +323,9 @@ func (u UnmatchedRequest) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "engine %s member %d (%s) request %s matches no pool of %s", u.Engine, u.Member, u.Role, u.Request, namesList(u.Clusters))
 	switch {
-	case u.MostOnANode > 0:
+	case u.NoDevices:
+		b.WriteString(": their pools publish no device")
+	case u.SelectorsMet:
 		fmt.Fprintf(&b, ": devices meet its selectors, but it claims %d on one node and a pool has at most %d", u.Count, u.MostOnANode)
 	case u.Selector < 0:
 		b.WriteString(": each of its selectors meets some device, but no device meets them all")

@@ -36,8 +36,34 @@ func TestUnmatched(t *testing.T) {
 	cases := map[string]struct {
 		reason string
 		d      *v1alpha1.ModelDeployment
-		want   want
+		// fleet, when set, replaces the two clusters.
+		fleet []*v1alpha1.InferenceCluster
+		want  want
 	}{
+		"MatchesOnAClusterNotEligible": {
+			reason: "An 80Gi selector: cluster a, not Ready, has the only pool it matches; b says no pool matches. Not a mistake: nothing to diagnose.",
+			d:      deployment(fx.Request("gpu", 1, fx.MemAtLeast80Gi)),
+			fleet: []*v1alpha1.InferenceCluster{
+				fx.Cluster("a").NotReady().Pools(fx.Pool("h100", 2).Devices(fx.GPU("gpu", 8, "80Gi")).Obj()).Obj(),
+				fx.Cluster("b").Pools(fx.Pool("l4", 2).Devices(fx.GPU("gpu", 4, "24Gi")).Obj()).Obj(),
+			},
+		},
+		"NoDevices": {
+			reason: "A cluster whose only pool publishes no device: said so, not blamed on a selector.",
+			d:      deployment(fx.Request("gpu", 1, `device.driver == "gpu.nvidia.com"`)),
+			fleet:  []*v1alpha1.InferenceCluster{fx.Cluster("a").Pools(fx.Pool("bare", 2).Devices().Obj()).Obj()},
+			want: want{unmatched: []UnmatchedRequest{{
+				Engine: "main", Role: v1alpha1.RoleStandalone, Request: "gpu", Clusters: []string{"a"}, Count: 1, Selector: -1, NoDevices: true,
+			}}, evalError: []string{""}},
+		},
+		"NoneOnANode": {
+			reason: "A device that meets every selector, published with count 0: the count is why, not the selectors.",
+			d:      deployment(fx.Request("gpu", 1, `device.driver == "gpu.nvidia.com"`)),
+			fleet:  []*v1alpha1.InferenceCluster{fx.Cluster("a").Pools(fx.Pool("empty", 2).Devices(fx.GPU("gpu", 0, "80Gi")).Obj()).Obj()},
+			want: want{unmatched: []UnmatchedRequest{{
+				Engine: "main", Role: v1alpha1.RoleStandalone, Request: "gpu", Clusters: []string{"a"}, Count: 1, Selector: -1, SelectorsMet: true,
+			}}, evalError: []string{""}},
+		},
 		"NoSuchValue": {
 			reason: "A product no pool has: the selector that meets no device, and the products the pools offer.",
 			d:      deployment(fx.Request("gpu", 1, `device.attributes["gpu.nvidia.com"].productName == "NVIDIA H200"`)),
@@ -72,7 +98,7 @@ func TestUnmatched(t *testing.T) {
 			reason: "Devices meet every selector, but none has 16 on one node: the most any has.",
 			d:      deployment(fx.Request("gpu", 16, `device.driver == "gpu.nvidia.com"`)),
 			want: want{unmatched: []UnmatchedRequest{with(func(u *UnmatchedRequest) {
-				u.Count, u.MostOnANode, u.Selector = 16, 8, -1
+				u.Count, u.MostOnANode, u.SelectorsMet, u.Selector = 16, 8, true, -1
 			})}, evalError: []string{""}},
 		},
 		"SelectorsTogether": {
@@ -91,7 +117,11 @@ func TestUnmatched(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			plan, err := Schedule(snapshot(tc.d, fleet))
+			clusters := fleet
+			if tc.fleet != nil {
+				clusters = tc.fleet
+			}
+			plan, err := Schedule(snapshot(tc.d, clusters))
 			if err != nil {
 				t.Fatalf("%s\nSchedule(...): %v", tc.reason, err)
 			}
@@ -132,7 +162,7 @@ func TestUnmatchedString(t *testing.T) {
 		},
 		"Count": {
 			reason: "A claim larger than any node's devices.",
-			u:      UnmatchedRequest{Engine: "main", Role: "Leader", Request: "gpu", Clusters: []string{"a"}, Selector: -1, Count: 16, MostOnANode: 8},
+			u:      UnmatchedRequest{Engine: "main", Role: "Leader", Request: "gpu", Clusters: []string{"a"}, Selector: -1, Count: 16, MostOnANode: 8, SelectorsMet: true},
 			want:   "engine main member 0 (Leader) request gpu matches no pool of a: devices meet its selectors, but it claims 16 on one node and a pool has at most 8",
 		},
 		"Together": {
