@@ -44,22 +44,30 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 	apiVersion, _ := xr["apiVersion"].(string)
 	kind, _ := xr["kind"].(string)
 	var err error
+	var said []any
 	switch {
 	case apiVersion == v1alpha1.APIVersion && kind == v1alpha1.KindInferenceCluster:
-		err = f.cluster(req, rsp, xr)
+		said, err = f.cluster(req, rsp, xr)
 	case apiVersion == v1alpha1.APIVersion && kind == v1alpha1.KindModelReplica:
-		err = f.replica(req, rsp, xr)
+		said, err = f.replica(req, rsp, xr)
 	default:
 		err = fmt.Errorf("cannot relay for a %s %s: the relay is a step of InferenceCluster and ModelReplica Compositions", apiVersion, kind)
 	}
+	// One line per call at Info: what a platform engineer reads to see the
+	// relay working, without --debug.
+	keys := append([]any{"xr", name(xr), "kind", kind}, said...)
 	if err != nil {
 		response.Fatal(rsp, err)
+		f.log.Info("Cannot relay", append(keys, "error", err.Error())...)
+		return rsp, nil
 	}
+	f.log.Info("Relayed", keys...)
 	return rsp, nil
 }
 
-// cluster relays the pools' reports of an InferenceCluster.
-func (f *Function) cluster(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr map[string]any) error {
+// cluster relays the pools' reports of an InferenceCluster, and says what
+// it did, as keys and values for the call's log line.
+func (f *Function) cluster(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr map[string]any) ([]any, error) {
 	in := relay.ClusterInput{Observed: xr, Composed: observedComposed(req)}
 	if s, ok := req.GetDesired().GetComposite().GetResource().AsMap()["status"].(map[string]any); ok {
 		in.DesiredStatus = s
@@ -67,29 +75,29 @@ func (f *Function) cluster(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	out := relay.Cluster(in)
 	if out.Status != nil {
 		if err := setDesiredStatus(rsp, out.Status); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err := setResources(rsp, out.Resources); err != nil {
-		return err
+		return nil, err
 	}
 	for _, w := range out.Warnings {
 		response.Warning(rsp, errors.New(w))
 	}
 	setCondition(rsp, out.Condition)
-	f.log.Debug("Relayed the pools' reports", "xr", name(xr), "condition", out.Condition.Reason)
-	return nil
+	return []any{"condition", out.Condition.Reason, "warnings", len(out.Warnings)}, nil
 }
 
-// replica relays a ModelReplica's PodsScheduled.
-func (f *Function) replica(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr map[string]any) error {
+// replica relays a ModelReplica's PodsScheduled, and says what it did, as
+// keys and values for the call's log line.
+func (f *Function) replica(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr map[string]any) ([]any, error) {
 	r := &v1alpha1.ModelReplica{}
 	b, err := json.Marshal(xr)
 	if err != nil {
-		return fmt.Errorf("cannot read the ModelReplica: %w", err)
+		return nil, fmt.Errorf("cannot read the ModelReplica: %w", err)
 	}
 	if err := json.Unmarshal(b, r); err != nil {
-		return fmt.Errorf("cannot read ModelReplica %s: %w", name(xr), err)
+		return nil, fmt.Errorf("cannot read ModelReplica %s: %w", name(xr), err)
 	}
 	rsp.Requirements = &fnv1.Requirements{Resources: map[string]*fnv1.ResourceSelector{
 		requiredCluster: {ApiVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindInferenceCluster, Match: &fnv1.ResourceSelector_MatchName{MatchName: r.Spec.ClusterName}},
@@ -97,11 +105,11 @@ func (f *Function) replica(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	got, resolved := req.GetRequiredResources()[requiredCluster]
 	if !resolved {
 		// Crossplane calls again once it has fetched the cluster.
-		return nil
+		return []any{"asked", requiredCluster}, nil
 	}
 	maxAge, err := observationMaxAge(req.GetInput())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	in := relay.ReplicaInput{Replica: r, Composed: observedComposed(req), Now: f.now(), Margin: f.margin, MaxAge: maxAge}
 	if items := got.GetItems(); len(items) > 0 {
@@ -109,15 +117,14 @@ func (f *Function) replica(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	}
 	out := relay.Replica(in)
 	if err := setResources(rsp, out.Resources); err != nil {
-		return err
+		return nil, err
 	}
 	setCondition(rsp, out.Condition)
 	if out.TTL > 0 && out.TTL < response.DefaultTTL {
 		// Whole seconds, rounded up: never called before the margin passed.
 		rsp.Meta.Ttl = durationpb.New(max(time.Second, out.TTL.Truncate(time.Second)+time.Second))
 	}
-	f.log.Debug("Relayed PodsScheduled", "xr", name(xr), "status", out.Condition.Status, "reason", out.Condition.Reason, "ttl", rsp.GetMeta().GetTtl().AsDuration())
-	return nil
+	return []any{"status", out.Condition.Status, "reason", out.Condition.Reason, "ttl", rsp.GetMeta().GetTtl().AsDuration().String()}, nil
 }
 
 // observationMaxAge is how old the newest report of a replica's pools may

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	rtlogging "github.com/crossplane/crossplane-runtime/v2/pkg/logging"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -264,5 +267,74 @@ func TestShippedCompositionsAgree(t *testing.T) {
 	}
 	if relayAge != fnAge {
 		t.Errorf("the relay's observationMaxAge is %s, the function's %s: they must agree", relayAge, fnAge)
+	}
+}
+
+// lines records what a Function logs at Info.
+type lines struct{ info []string }
+
+func (l *lines) Info(msg string, keysAndValues ...any) {
+	l.info = append(l.info, fmt.Sprint(append([]any{msg}, keysAndValues...)...))
+}
+func (l *lines) Debug(string, ...any)               {}
+func (l *lines) WithValues(...any) rtlogging.Logger { return l }
+
+// TestRunFunctionLogsOneLine: every call, whatever its XR and however it
+// ends, logs one line at Info naming the XR, so that the relay is seen
+// working without --debug.
+func TestRunFunctionLogsOneLine(t *testing.T) {
+	cases := map[string]struct {
+		reason string
+		xr     string
+		want   string
+	}{
+		"InferenceCluster": {
+			reason: "A cluster's call: relayed, with its condition.",
+			xr:     `{apiVersion: modelplane.ai/v1alpha1, kind: InferenceCluster, metadata: {name: eks}}`,
+			want:   "Relayed",
+		},
+		"ModelReplicaAsks": {
+			reason: "A replica's first call asks for its cluster: said so.",
+			xr:     `{apiVersion: modelplane.ai/v1alpha1, kind: ModelReplica, metadata: {name: r, namespace: ml-team}, spec: {clusterName: eks}}`,
+			want:   "Relayed",
+		},
+		"OtherKind": {
+			reason: "A call it cannot relay for: the error, at Info too.",
+			xr:     `{apiVersion: example.org/v1, kind: Other, metadata: {name: o}}`,
+			want:   "Cannot relay",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			l := &lines{}
+			f := fn()
+			f.log = l
+			if _, err := f.RunFunction(context.Background(), &fnv1.RunFunctionRequest{Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: st(t, tc.xr)}}}); err != nil {
+				t.Fatal(err)
+			}
+			if len(l.info) != 1 || !strings.HasPrefix(l.info[0], tc.want) || !strings.Contains(l.info[0], "xr") {
+				t.Errorf("%s\nlogged at Info: %q; want one line starting %q and naming the xr", tc.reason, l.info, tc.want)
+			}
+		})
+	}
+}
+
+func TestCLIValidate(t *testing.T) {
+	cases := map[string]struct {
+		reason string
+		margin time.Duration
+		want   string
+	}{
+		"Negative": {reason: "A negative margin would turn PodsScheduled True before the agent's time: refused, naming the flag.", margin: -time.Second, want: "--clock-skew-margin is -1s"},
+		"Zero":     {reason: "No margin: allowed, for clocks known to agree.", margin: 0},
+		"Default":  {reason: "The default.", margin: 5 * time.Second},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := (&CLI{ClockSkewMargin: tc.margin}).Validate()
+			if got := fmt.Sprint(err); (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(got, tc.want)) {
+				t.Errorf("%s\nValidate(): %v, want an error containing %q", tc.reason, err, tc.want)
+			}
+		})
 	}
 }

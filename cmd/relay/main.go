@@ -8,6 +8,7 @@
 package main
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/alecthomas/kong"
@@ -30,8 +31,20 @@ type CLI struct {
 	ClockOffset     time.Duration `default:"0s" help:"Added to this clock: for tests that skew it."                                                                                                        hidden:""`
 }
 
+// Validate refuses a configuration the relay cannot run with; kong calls
+// it once the flags are parsed.
+func (c *CLI) Validate() error {
+	if c.ClockSkewMargin < 0 {
+		return fmt.Errorf("--clock-skew-margin is %s: it must not be negative, since PodsScheduled would turn True before the agent's time is past on every clock", c.ClockSkewMargin)
+	}
+	return nil
+}
+
 // Run the relay.
 func (c *CLI) Run() error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
 	log, err := function.NewLogger(c.Debug)
 	if err != nil {
 		return err
