@@ -423,12 +423,15 @@ func TestBinaryOperable(t *testing.T) {
 	a := fx.Cluster("a").Pools(fx.Pool("h100", 2).Devices(gpu).Obj()).Obj()
 	b := fx.Cluster("b").Pools(fx.Pool("h100", 1).Devices(gpu).RawObservation(`"yesterday"`, "1", "[]").Obj()).Obj()
 	b.Metadata.ResourceVersion = "7"
+	// c's report is usable: 16 free GPUs, two nodes of 8, by the binary's
+	// own clock.
+	c := fx.Cluster("c").Pools(fx.Pool("h100", 2).Devices(gpu).Observed(time.Now().Add(-30*time.Second), 2, fx.NodesFree(2, "gpu", 8)).Obj()).Obj()
 	xr := fx.Deployment("m").Replicas(4).Engines(fx.Standalone("main", fx.GPURequest(8))).Obj()
 	fatal := request(t, xr, nil, nil)
 	fatal.Input = &structpb.Struct{Fields: map[string]*structpb.Value{
 		"apiVersion": structpb.NewStringValue("scheduler.fn.modelplane.ai/v1beta1"), "kind": structpb.NewStringValue("Inptu"),
 	}}
-	calls := []*fnv1.RunFunctionRequest{fatal, request(t, xr, []any{a}, nil), request(t, xr, []any{a, b}, nil)}
+	calls := []*fnv1.RunFunctionRequest{fatal, request(t, xr, []any{a}, nil), request(t, xr, []any{a, b, c}, nil)}
 	for i, req := range calls {
 		// The server may not listen yet: wait for it, as Crossplane would.
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -446,13 +449,19 @@ func TestBinaryOperable(t *testing.T) {
 		`fleet_scheduler_calls_total{result="fatal"}`:        1,
 		`fleet_scheduler_calls_total{result="error"}`:        0,
 		`fleet_scheduler_call_duration_seconds_count`:        3,
-		`fleet_scheduler_replicas_unplaced` + deployment:     1,
+		`fleet_scheduler_replicas_unplaced` + deployment:     0,
 		`fleet_scheduler_replacements_total` + deployment:    0,
 		`fleet_scheduler_pools_whole_node{reason="invalid"}`: 1,
 		`fleet_scheduler_pools_whole_node{reason="missing"}`: 1,
 		`fleet_scheduler_pools_whole_node{reason="stale"}`:   0,
 		`fleet_scheduler_assumed_placements`:                 0,
-		`fleet_scheduler_largest_free_devices{model="gpu"}`:  0,
+		`fleet_scheduler_largest_free_devices{model="gpu"}`:  8,
+		// As reported, before the call placed: a pool's report, not the
+		// ledger.
+		`fleet_scheduler_pool_free_devices{cluster="c",device="gpu",pool="h100"}`:                                                                              16,
+		`fleet_scheduler_pool_accounting{cluster="c",mode="free-devices",pool="h100"}`:                                                                         1,
+		`fleet_scheduler_pool_accounting{cluster="a",mode="whole-node",pool="h100"}`:                                                                           1,
+		`fleet_scheduler_pool_accounting{cluster="b",mode="whole-node",pool="h100"}`:                                                                           1,
 		`grpc_server_handled_total{grpc_code="OK",grpc_method="RunFunction",grpc_service="apiextensions.fn.proto.v1.FunctionRunnerService",grpc_type="unary"}`: 3,
 	}
 	picked := map[string]float64{}
@@ -495,7 +504,7 @@ func TestBinaryOperable(t *testing.T) {
 	wantLines := []logLine{
 		{Msg: "Called", XR: xrName, Outcome: "fatal", Error: `invalid Function input: kind: Unsupported value: "Inptu": supported values: "Input"`},
 		{Msg: "Called", XR: xrName, Outcome: "placed", Placed: 2, Unplaced: 2},
-		{Msg: "Called", XR: xrName, Outcome: "placed", Placed: 3, Unplaced: 1},
+		{Msg: "Called", XR: xrName, Outcome: "placed", Placed: 4, Unplaced: 0},
 		{Msg: "Warning: invalid pool report, using whole-node accounting", Cluster: "b", Pool: "h100", Defect: `observedAt: "yesterday" is not an RFC 3339 time`},
 	}
 	if len(lines) > 0 {

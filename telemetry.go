@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"iter"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -219,24 +220,51 @@ func wholeNodeReason(r observation.PoolReport) string {
 // time of each report that read as one.
 func pools(s *summary) iter.Seq[metrics.Pool] {
 	return func(yield func(metrics.Pool) bool) {
+		observed := make(map[string]map[string]*scheduling.PoolObservation, len(s.fleet.Clusters))
+		for _, c := range s.fleet.Clusters {
+			if c.Object != nil {
+				observed[c.Object.Metadata.Name] = c.Observed
+			}
+		}
 		for _, r := range s.fleet.Pools {
-			if !yield(poolOf(s, r)) {
+			if !yield(poolOf(s, r, observed[r.Cluster][r.Pool])) {
 				return
 			}
 		}
 	}
 }
 
-func poolOf(s *summary, r observation.PoolReport) metrics.Pool {
+// poolOf is a pool as the metrics count it; o is its usable report, nil
+// when it has none.
+func poolOf(s *summary, r observation.PoolReport, o *scheduling.PoolObservation) metrics.Pool {
 	p := metrics.Pool{Cluster: r.Cluster, Pool: r.Pool, WholeNode: wholeNodeReason(r), Ready: r.ClusterReady}
 	switch r.State {
 	case observation.Usable:
 		p.ObservedAt = r.ExpiresAt.Add(-s.maxAge)
+		if o != nil {
+			p.Free = freeDevices(o)
+		}
 	case observation.Stale:
 		p.ObservedAt = s.now.Add(-r.Age)
 	case observation.Missing, observation.Invalid:
 	}
 	return p
+}
+
+// freeDevices are a usable report's free devices of each kind over all its
+// nodes, by device name, sorted.
+func freeDevices(o *scheduling.PoolObservation) []metrics.DeviceCount {
+	sums := map[string]int64{}
+	for _, b := range o.Buckets {
+		for name, n := range b.Free {
+			sums[name] += b.Nodes * n
+		}
+	}
+	out := make([]metrics.DeviceCount, 0, len(sums))
+	for _, name := range slices.Sorted(maps.Keys(sums)) {
+		out = append(out, metrics.DeviceCount{Device: name, Count: sums[name]})
+	}
+	return out
 }
 
 // free is, of each pool the call built a ledger of, the most devices of

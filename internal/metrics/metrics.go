@@ -1,9 +1,9 @@
 // Package metrics is what the function tells Prometheus, prefixed
 // fleet_scheduler_: its calls by result and their duration; by deployment,
 // the replicas it could not place and its re-placements; by pool, how old
-// its report is, whether it is on whole-node accounting, and the most
-// devices of one name (a pool's device, a GPU model as a rule) free on one
-// node. docs/operations.md#metrics lists each with its cardinality.
+// its report is, how it is accounted, its free devices as reported, and
+// the most devices of one name (a pool's device, a GPU model as a rule)
+// free on one node. docs/operations.md#metrics lists each with its cardinality.
 //
 // A call records what it decided (Record); the series of a deployment or a
 // pool that no call has read for StaleAfter are dropped at the next scrape,
@@ -39,6 +39,12 @@ const (
 	Fatal Result = "fatal"
 	// Error is a call that returned an error, its caller gone.
 	Error Result = "error"
+)
+
+// How a pool is accounted, the mode label of fleet_scheduler_pool_accounting.
+const (
+	ModeFreeDevices = "free-devices"
+	ModeWholeNode   = "whole-node"
 )
 
 // The reasons a pool is on whole-node accounting.
@@ -83,6 +89,16 @@ type Pool struct {
 	Ready     bool
 	// ObservedAt is its report's time; zero when it has none that reads.
 	ObservedAt time.Time
+	// Free are its free devices of each kind over all its nodes, as its
+	// usable report says; nil when it has none. Record keeps the slice:
+	// never change it.
+	Free []DeviceCount
+}
+
+// DeviceCount is a count of devices of one name.
+type DeviceCount struct {
+	Device string
+	Count  int64
 }
 
 // PoolFree is what a pool had left once a call placed its replicas.
@@ -102,7 +118,7 @@ type Metrics struct {
 
 	unplaced, lastCall, replacements *prometheus.Desc
 	wholeNode, reportAge, largest    *prometheus.Desc
-	assumed                          *prometheus.Desc
+	poolFree, accounting, assumed    *prometheus.Desc
 
 	now  func() time.Time
 	held func(time.Time) int
@@ -122,6 +138,7 @@ type pool struct {
 	wholeNode  string
 	ready      bool
 	observedAt time.Time
+	free       []DeviceCount
 	// devices and largest are kept from the last call that built a
 	// ledger, and summed by model only at a scrape.
 	devices   []string
@@ -163,6 +180,10 @@ func New(now func() time.Time, held func(time.Time) int) *Metrics {
 			"How old the pool's report (its observedAt) is now.", []string{"cluster", "pool"}, nil),
 		largest: prometheus.NewDesc(ns+"_largest_free_devices",
 			"The most devices of a name (the pool's device, as a rule a GPU model) free on one node of any pool, once the last call that placed a replica there had placed it.", []string{"model"}, nil),
+		poolFree: prometheus.NewDesc(ns+"_pool_free_devices",
+			"Free devices of a kind over all the pool's nodes, as its usable report says; none for a pool on whole-node accounting.", []string{"cluster", "pool", "device"}, nil),
+		accounting: prometheus.NewDesc(ns+"_pool_accounting",
+			"1 for how the pool is accounted: free-devices (a usable report) or whole-node.", []string{"cluster", "pool", "mode"}, nil),
 		assumed: prometheus.NewDesc(ns+"_assumed_placements",
 			"Placements this server composed that the fleet does not show yet, charged to other deployments' calls.", nil, nil),
 		now:         now,
@@ -197,7 +218,7 @@ func (m *Metrics) Record(c Call) {
 	if c.Pools != nil {
 		for p := range c.Pools {
 			s := m.pool(p.Cluster, p.Pool)
-			s.wholeNode, s.ready, s.observedAt, s.at = p.WholeNode, p.Ready, p.ObservedAt, c.At
+			s.wholeNode, s.ready, s.observedAt, s.free, s.at = p.WholeNode, p.Ready, p.ObservedAt, p.Free, c.At
 		}
 	}
 	if c.Free != nil {
@@ -223,7 +244,7 @@ func (m *Metrics) pool(cluster, name string) *pool {
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.calls.Describe(ch)
 	m.duration.Describe(ch)
-	for _, d := range []*prometheus.Desc{m.unplaced, m.lastCall, m.replacements, m.wholeNode, m.reportAge, m.largest, m.assumed} {
+	for _, d := range []*prometheus.Desc{m.unplaced, m.lastCall, m.replacements, m.wholeNode, m.reportAge, m.largest, m.poolFree, m.accounting, m.assumed} {
 		ch <- d
 	}
 }
@@ -254,6 +275,16 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		if !p.observedAt.IsZero() {
 			ch <- prometheus.MustNewConstMetric(m.reportAge, prometheus.GaugeValue, now.Sub(p.observedAt).Seconds(), k[0], k[1])
+		}
+		mode := ModeFreeDevices
+		if p.wholeNode != "" {
+			mode = ModeWholeNode
+		}
+		ch <- prometheus.MustNewConstMetric(m.accounting, prometheus.GaugeValue, 1, k[0], k[1], mode)
+		if p.wholeNode == "" {
+			for _, f := range p.free {
+				ch <- prometheus.MustNewConstMetric(m.poolFree, prometheus.GaugeValue, float64(f.Count), k[0], k[1], f.Device)
+			}
 		}
 		if now.Sub(p.largestAt) <= StaleAfter {
 			for i, model := range p.devices[:min(len(p.devices), len(p.largest))] {

@@ -30,7 +30,7 @@ func exported(t *testing.T) map[string]map[string]bool {
 	// A call that sets every series, so that every family is gathered.
 	m.Record(Call{
 		Result: OK, At: t0, Deployment: "ns/a",
-		Pools: slices.Values([]Pool{{Cluster: "a", Pool: "p", Ready: true, ObservedAt: t0}}),
+		Pools: slices.Values([]Pool{{Cluster: "a", Pool: "p", Ready: true, ObservedAt: t0, Free: []DeviceCount{{Device: "gpu", Count: 3}}}}),
 		Free:  slices.Values([]PoolFree{{Cluster: "a", Pool: "p", Devices: []string{"gpu"}, Largest: []int64{1}}}),
 	})
 	r := prometheus.NewPedanticRegistry()
