@@ -13,8 +13,9 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/test/internal/testenv"
 )
 
-// TestSteeringAlertRules runs promtool's unit tests of the agent's
-// steering alerts (deploy/monitoring/cluster-agent-alerts-test.yaml), and
+// TestSteeringAlertRules runs promtool's unit tests of the agent's alerts,
+// its reports' and its steering's
+// (deploy/monitoring/cluster-agent-alerts-test.yaml), and
 // checks that the ServiceMonitor beside them scrapes the agent's metrics
 // Service as shipped. It needs no control plane, so it runs with -short
 // too. CI installs promtool and sets FLEET_SCHEDULER_REQUIRE_PROMTOOL, so
