@@ -168,6 +168,10 @@ func (cp *controlPlane) measureReconciles(t *testing.T, flag string, k int) reco
 	fresh := asOf(t, readFleet(t, cp.root).clusters, time.Now())
 	cp.applyAll(t, fresh)
 	cp.reconciles(t, poke, 1)
+	// Crossplane v2.4 watches the ModelReplicas it is asked for, and works
+	// through thousands just created for minutes: wait until it idles, so
+	// that the window after the reconciles measures its idle cost.
+	cp.waitQuiet(t)
 	before, start := cp.crossplaneUsage(t), time.Now()
 	peak := cp.peakRSS(t)
 	calls := cp.reconciles(t, poke, k)
@@ -176,6 +180,9 @@ func (cp *controlPlane) measureReconciles(t *testing.T, flag string, k int) reco
 	idle := cp.crossplaneUsage(t).CPU - after.CPU
 	cpu := after.CPU - before.CPU
 	t.Logf("%s: Crossplane used %.2fs of CPU in %s of %d reconciles, and %.2fs in as long without; its RSS went from %d to %d MiB at most", flag, cpu, took.Round(time.Second), k, idle, before.RSS>>20, most>>20)
+	if idle >= cpu {
+		t.Errorf("%s: Crossplane used more CPU in the window without a reconcile (%.2fs) than with %d (%.2fs): it was busy with something else, and this is no measurement", flag, idle, k, cpu)
+	}
 	out := reconcileCost{cpu: (cpu - idle) / float64(k), rss: before.RSS, peakRSS: most, narrow: true}
 	for _, c := range calls {
 		out.bytes += c.bytes
@@ -222,6 +229,26 @@ func (cp *controlPlane) crossplaneUsage(t *testing.T) harness.Usage {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// waitQuiet waits until Crossplane core uses under 5% of a core over 10
+// seconds, for at most 15 minutes, and says how long it took.
+func (cp *controlPlane) waitQuiet(t *testing.T) {
+	t.Helper()
+	const window, busy = 10 * time.Second, 0.05
+	start := time.Now()
+	for {
+		before := cp.crossplaneUsage(t)
+		time.Sleep(window)
+		used := cp.crossplaneUsage(t).CPU - before.CPU
+		if used < busy*window.Seconds() {
+			t.Logf("Crossplane idle (%.2fs of CPU in %s) after %s", used, window, time.Since(start).Round(time.Second))
+			return
+		}
+		if time.Since(start) > 15*time.Minute {
+			t.Fatalf("Crossplane still used %.2fs of CPU in %s after 15 minutes of waiting for it to idle", used, window)
+		}
+	}
 }
 
 // peakRSS samples Crossplane core's resident memory every 50 ms until
