@@ -6,7 +6,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/assume"
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+	"github.com/modelplaneai/fleet-scheduler/internal/fnflags"
 	"github.com/modelplaneai/fleet-scheduler/internal/metrics"
 	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/internal/server"
@@ -39,15 +39,9 @@ const defaultMaxConcurrentStreams = 4
 // CLI of this function: the Crossplane function template's flags, then
 // ours (docs/spec.md#server-flags).
 type CLI struct {
-	Debug bool `help:"Emit debug logs in addition to info logs." short:"d"`
+	fnflags.Template `embed:""`
 
-	Network     string `default:"tcp" help:"Network on which to listen for gRPC connections."`
-	Address     string `default:":9443" help:"Address at which to listen for gRPC connections."`
-	TLSCertsDir string `env:"TLS_SERVER_CERTS_DIR" help:"Directory containing server certs (tls.key, tls.crt) and the CA used to verify client certificates (ca.crt)." name:"tls-server-certs-dir"`
-	Insecure    bool   `help:"Run without mTLS credentials. If you supply this flag --tls-server-certs-dir will be ignored."`
-
-	MaxRecvMessageSize int    `default:"${max_recv_message_size}" help:"Maximum size of received messages in MB; the default holds a request carrying 10,000 ModelReplicas."`
-	MetricsAddress     string `default:":8080" help:"Address at which to serve Prometheus metrics; empty serves none."`
+	MaxRecvMessageSize int `default:"${max_recv_message_size}" help:"Maximum size of received messages in MB; the default holds a request carrying 10,000 ModelReplicas."`
 
 	MaxConcurrentStreams uint32        `default:"${max_concurrent_streams}" help:"Most calls in flight on each client connection; calls over it wait in the client, unsent. 0 for no cap."`
 	AssumedPlacementTTL  time.Duration `default:"${assumed_placement_ttl}" help:"How long a replica this server composed is charged to other calls until the fleet shows it (docs/spec.md#assumed-placements); 0 assumes nothing."`
@@ -91,28 +85,9 @@ const (
 
 // Validate refuses a bad flag before anything is served, naming it.
 func (c *CLI) Validate() error {
-	var errs []error
+	errs := c.Check()
 	bad := func(flag string, v any, why string) {
-		errs = append(errs, fmt.Errorf("invalid --%s %q: %s", flag, fmt.Sprint(v), why))
-	}
-	switch c.Network {
-	case "tcp", "tcp4", "tcp6":
-		if err := checkHostPort(c.Address); err != nil {
-			bad("address", c.Address, err.Error())
-		}
-	case "unix":
-		if c.Address == "" {
-			bad("address", c.Address, "must be a socket path for --network unix")
-		}
-	default:
-		bad("network", c.Network, "must be tcp, tcp4, tcp6 or unix")
-	}
-	if c.MetricsAddress != "" {
-		if err := checkHostPort(c.MetricsAddress); err != nil {
-			bad("metrics-address", c.MetricsAddress, err.Error())
-		} else if c.Network != "unix" && samePort(c.Address, c.MetricsAddress) {
-			bad("metrics-address", c.MetricsAddress, "must not be --address's port: one of the two servers could not listen")
-		}
+		errs = append(errs, fnflags.Invalid(flag, v, why))
 	}
 	if n := c.MaxRecvMessageSize; n < minMaxRecvMessageSizeMB || n > maxMaxRecvMessageSizeMB {
 		bad("max-recv-message-size", n, fmt.Sprintf("must be between %d and %d (MB): a request holds what the last response composed, up to 4 MiB, and no protobuf message reaches 2 GiB", minMaxRecvMessageSizeMB, maxMaxRecvMessageSizeMB))
@@ -123,45 +98,7 @@ func (c *CLI) Validate() error {
 	if d := c.FullReadEvery; d < minFullReadEvery || d > maxFullReadEvery {
 		bad("full-read-every", d, fmt.Sprintf("must be between %s and %s; --no-narrow-requests reads the whole fleet on every call", minFullReadEvery, maxFullReadEvery))
 	}
-	switch {
-	case c.Insecure:
-	case c.TLSCertsDir == "":
-		errs = append(errs, errors.New("--tls-server-certs-dir (or TLS_SERVER_CERTS_DIR) is required without --insecure"))
-	default:
-		// Loaded here as Run loads them, so that a directory without a
-		// key pair and CA Crossplane's package manager would have written
-		// is refused before anything listens.
-		if err := function.MTLSCertificates(c.TLSCertsDir)(&function.ServeOptions{}); err != nil {
-			bad("tls-server-certs-dir", c.TLSCertsDir, err.Error()+" (it must hold tls.crt, tls.key and ca.crt)")
-		}
-	}
 	return errors.Join(errs...)
-}
-
-// checkHostPort is nil for a host:port to listen at: any host or none,
-// and a port number (0 for any free port).
-func checkHostPort(addr string) error {
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return errors.New("must be host:port, or :port")
-	}
-	if n, err := strconv.ParseUint(port, 10, 16); err != nil {
-		return fmt.Errorf("port %q must be a number from 0 to 65535", port)
-	} else if n == 0 && port != "0" {
-		return fmt.Errorf("port %q must be a number from 0 to 65535", port)
-	}
-	return nil
-}
-
-// samePort is whether two host:port addresses name one fixed port, so
-// that the second to listen could not.
-func samePort(a, b string) bool {
-	ha, pa, errA := net.SplitHostPort(a)
-	hb, pb, errB := net.SplitHostPort(b)
-	if errA != nil || errB != nil || pa != pb || pa == "0" {
-		return false
-	}
-	return ha == hb || ha == "" || hb == ""
 }
 
 // Run this function.

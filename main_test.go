@@ -39,6 +39,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+	"github.com/modelplaneai/fleet-scheduler/internal/fnflags"
 	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/internal/server"
 	"github.com/modelplaneai/fleet-scheduler/internal/testkit/benchfleet"
@@ -97,7 +98,8 @@ func TestFlags(t *testing.T) {
 		cli *CLI
 	}
 	defaults := &CLI{
-		Network: "tcp", Address: ":9443", Insecure: true, MaxRecvMessageSize: 64, MetricsAddress: ":8080",
+		Template:             fnflags.Template{Network: "tcp", Address: ":9443", Insecure: true, MetricsAddress: ":8080"},
+		MaxRecvMessageSize:   64,
 		MaxConcurrentStreams: 4, AssumedPlacementTTL: 2 * time.Minute, ObjectCache: true, NarrowRequests: true, FullReadEvery: 5 * time.Minute,
 	}
 	// A directory that holds files of the right names, none of them PEM.

@@ -17,6 +17,8 @@ import (
 
 	"github.com/crossplane/function-sdk-go/logging"
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/modelplaneai/fleet-scheduler/internal/fnflags"
 )
 
 func st(t *testing.T, s string) *structpb.Struct {
@@ -320,18 +322,22 @@ func TestRunFunctionLogsOneLine(t *testing.T) {
 }
 
 func TestCLIValidate(t *testing.T) {
+	serving := fnflags.Template{Network: "tcp", Address: ":9443", Insecure: true, MetricsAddress: ":8080"}
 	cases := map[string]struct {
-		reason string
-		margin time.Duration
-		want   string
+		reason   string
+		template fnflags.Template
+		margin   time.Duration
+		want     string
 	}{
-		"Negative": {reason: "A negative margin would turn PodsScheduled True before the agent's time: refused, naming the flag.", margin: -time.Second, want: "--clock-skew-margin is -1s"},
-		"Zero":     {reason: "No margin: allowed, for clocks known to agree.", margin: 0},
-		"Default":  {reason: "The default.", margin: 5 * time.Second},
+		"Negative":       {reason: "A negative margin would turn PodsScheduled True before the agent's time: refused, naming the flag.", template: serving, margin: -time.Second, want: `invalid --clock-skew-margin "-1s"`},
+		"Zero":           {reason: "No margin: allowed, for clocks known to agree.", template: serving, margin: 0},
+		"Default":        {reason: "The default.", template: serving, margin: 5 * time.Second},
+		"MetricsOnGRPC":  {reason: "The relay checks the template's flags as the function does: metrics on the gRPC port could not listen.", template: fnflags.Template{Network: "tcp", Address: ":9443", Insecure: true, MetricsAddress: ":9443"}, margin: 5 * time.Second, want: "invalid --metrics-address"},
+		"NoCertificates": {reason: "Without --insecure the relay needs Crossplane's certificates, and says so before it listens.", template: fnflags.Template{Network: "tcp", Address: ":9443"}, margin: 5 * time.Second, want: "--tls-server-certs-dir (or TLS_SERVER_CERTS_DIR) is required"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			err := (&CLI{ClockSkewMargin: tc.margin}).Validate()
+			err := (&CLI{Template: tc.template, ClockSkewMargin: tc.margin}).Validate()
 			if got := fmt.Sprint(err); (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(got, tc.want)) {
 				t.Errorf("%s\nValidate(): %v, want an error containing %q", tc.reason, err, tc.want)
 			}

@@ -8,24 +8,19 @@
 package main
 
 import (
-	"fmt"
+	"errors"
 	"time"
 
 	"github.com/alecthomas/kong"
 
 	"github.com/crossplane/function-sdk-go"
+
+	"github.com/modelplaneai/fleet-scheduler/internal/fnflags"
 )
 
 // CLI of the relay: the Crossplane function template's flags, then its own.
 type CLI struct {
-	Debug bool `help:"Emit debug logs in addition to info logs." short:"d"`
-
-	Network     string `default:"tcp"   help:"Network on which to listen for gRPC connections."`
-	Address     string `default:":9443" help:"Address at which to listen for gRPC connections."`
-	TLSCertsDir string `env:"TLS_SERVER_CERTS_DIR" help:"Directory containing server certs (tls.key, tls.crt) and the CA used to verify client certificates (ca.crt)." name:"tls-server-certs-dir"`
-	Insecure    bool   `help:"Run without mTLS credentials. If you supply this flag --tls-server-certs-dir will be ignored."`
-
-	MetricsAddress string `default:":8080" help:"Address at which to serve Prometheus metrics; empty serves none."`
+	fnflags.Template `embed:""`
 
 	ClockSkewMargin time.Duration `default:"5s" help:"How far past the agent's time this clock must be before PodsScheduled turns True: at least 1s more than this clock may run ahead of Crossplane's (docs/spec.md#podsscheduled)."`
 	ClockOffset     time.Duration `default:"0s" help:"Added to this clock: for tests that skew it."                                                                                                        hidden:""`
@@ -34,10 +29,11 @@ type CLI struct {
 // Validate refuses a configuration the relay cannot run with; kong calls
 // it once the flags are parsed.
 func (c *CLI) Validate() error {
+	errs := c.Check()
 	if c.ClockSkewMargin < 0 {
-		return fmt.Errorf("--clock-skew-margin is %s: it must not be negative, since PodsScheduled would turn True before the agent's time is past on every clock", c.ClockSkewMargin)
+		errs = append(errs, fnflags.Invalid("clock-skew-margin", c.ClockSkewMargin, "must not be negative, since PodsScheduled would turn True before the agent's time is past on every clock"))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Run the relay.
