@@ -162,33 +162,31 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	r.coverage(all, outcomes)
+	// The checks beyond the tallies, each on the first n states (the
+	// mutations on all of them) and timed for the report's last line.
+	mutations := 0
 	if o.mutations {
-		began = time.Now()
-		if err := r.mutate(ctx, all); err != nil {
-			return err
-		}
-		r.mutationTime = time.Since(began)
+		mutations = len(all)
 	}
-	if o.ties > 0 {
-		began = time.Now()
-		if err := r.checkTies(ctx, all[:min(o.ties, len(all))]); err != nil {
-			return err
-		}
-		r.tieTime = time.Since(began)
+	checks := []struct {
+		n    int
+		took *time.Duration
+		run  func(context.Context, []*sampled) error
+	}{
+		{n: mutations, took: &r.mutationTime, run: r.mutate},
+		{n: o.ties, took: &r.tieTime, run: r.checkTies},
+		{n: o.agent, took: &r.agentTime, run: r.checkAgent},
+		{n: o.pinned, took: &r.pinnedTime, run: r.checkPinned},
 	}
-	if o.agent > 0 {
+	for _, c := range checks {
+		if c.n <= 0 {
+			continue
+		}
 		began = time.Now()
-		if err := r.checkAgent(ctx, all[:min(o.agent, len(all))]); err != nil {
+		if err := c.run(ctx, all[:min(c.n, len(all))]); err != nil {
 			return err
 		}
-		r.agentTime = time.Since(began)
-	}
-	if o.pinned > 0 {
-		began = time.Now()
-		if err := r.checkPinned(ctx, all[:min(o.pinned, len(all))]); err != nil {
-			return err
-		}
-		r.pinnedTime = time.Since(began)
+		*c.took = time.Since(began)
 	}
 	text := r.render()
 	if _, err := os.Stdout.WriteString(text); err != nil {
