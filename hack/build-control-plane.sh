@@ -8,6 +8,7 @@
 #   kube-scheduler           k8s.io/kubernetes/cmd/kube-scheduler           (test/live/controlplane/kubernetes)
 #   crossplane               Crossplane core, cmd/crossplane                (test/live/controlplane/crossplane)
 #   provider-kubernetes      provider-kubernetes, cmd/provider              (test/live/controlplane/provider-kubernetes)
+#   kwok                     sigs.k8s.io/kwok/cmd/kwok                      (test/live/controlplane/kwok)
 #
 # Each comes from a wrapper module of its own, which pins the version and
 # keeps these dependencies out of every other module. A binary is rebuilt only
@@ -117,7 +118,7 @@ version() {
 if ${check}; then
   # A wrapper holds no Go code, only its go.mod's tool directives: tidy is
   # all there is to check (go vet would find no package to vet).
-  for wrapper in etcd kubernetes crossplane provider-kubernetes; do
+  for wrapper in etcd kubernetes crossplane provider-kubernetes kwok; do
     (cd "${wrappers}/${wrapper}" && go mod tidy -diff)
   done
 fi
@@ -141,3 +142,7 @@ build crossplane crossplane github.com/crossplane/crossplane/v2/cmd/crossplane \
 
 # The control plane's provider for the live fleet test (test/live/fleet).
 build provider-kubernetes provider-kubernetes github.com/crossplane-contrib/provider-kubernetes/cmd/provider ""
+
+# The kubelet of the live fleet's GPU pool nodes (test/live/fleet); its
+# own k8s.io v0.36.1, so its own build.
+build kwok kwok sigs.k8s.io/kwok/cmd/kwok ""

@@ -3,10 +3,10 @@
 # (etcd, kube-apiserver, Crossplane core, provider-kubernetes with watches,
 # fleet-scheduler and the relay over mTLS, a stand-in for Modelplane's Python
 # functions) and two workload clusters (kube-apiserver, kube-scheduler v1.37.2
-# with DRA, kube-controller-manager, the cluster agent), every part built from
-# source and run on loopback in network and PID namespaces of the test's own.
-# There is no kubelet: pods are bound by kube-scheduler, never run (see
-# docs/live-fleet.md).
+# with DRA, kube-controller-manager, KWOK as the pool nodes' kubelet, the
+# cluster agent), every part built from source and run on loopback in network
+# and PID namespaces of the test's own. No container runs: KWOK moves bound
+# pods to Running and Ready (see docs/live-fleet.md).
 #
 #   ./hack/test-fleet.sh                # build what is not current, test
 #   ./hack/test-fleet.sh -run 'Fleet/reports'   # extra flags go to `go test`

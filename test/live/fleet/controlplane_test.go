@@ -52,6 +52,7 @@ type fleet struct {
 	ca                         pki.KeyPair // signs the functions' and Crossplane's certificates
 	certs                      string
 	registry                   string
+	kwokConfig                 string // KWOK's stages (kwok_test.go)
 	functions                  map[string]*function
 	clusters                   map[string]*workload
 }
@@ -108,6 +109,7 @@ func startFleet(t *testing.T) *fleet {
 	f.installModelplane(t)
 	t.Logf("the control plane started in %s", time.Since(started).Round(time.Second))
 
+	f.kwokConfig = f.writeKWOKConfig(t)
 	for _, w := range workloads() {
 		started := time.Now()
 		f.clusters[w.name] = f.startWorkload(t, w)

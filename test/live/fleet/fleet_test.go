@@ -675,19 +675,18 @@ func wrongGuess(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by 
 	t.Logf("re-placing moved big to spare %s after its PodsScheduled turned False", time.Since(started).Round(time.Second))
 	// The same replica on another pool is the same Deployment with a new
 	// pod template: v0.3 sets no update strategy, so the rollout surges a
-	// pod pinned to spare and deletes the old one, pinned to pair, only
-	// once the new one is Available, which needs a kubelet. Until then the
-	// old pod stays Pending, holding no device.
-	eventually(t, settle, "big's new pod bound to spare-0 beside its old one, Pending on pair", func() error {
-		byPool := map[string][]corev1.Pod{}
-		for _, p := range w.pods(t, big[0].GetName()) {
-			byPool[p.Spec.NodeSelector[v1alpha1.LabelPool]] = append(byPool[p.Spec.NodeSelector[v1alpha1.LabelPool]], p)
+	// pod pinned to spare and deletes the old one, pinned to pair, once
+	// the new one is Available. KWOK runs the new pod (Running, then
+	// Ready), so the rollout completes and the old pod, Pending and
+	// holding no device, goes.
+	eventually(t, settle, "big's rollout complete: one pod, Running and Ready on spare-0, its old one on pair gone", func() error {
+		pods := w.pods(t, big[0].GetName())
+		if len(pods) != 1 {
+			return fmt.Errorf("%d pods, on %v", len(pods), nodeNames(pods))
 		}
-		if n := len(byPool["spare"]); n != 1 || byPool["spare"][0].Spec.NodeName != "spare-0" {
-			return fmt.Errorf("%d pods pinned to spare: %v", n, nodeNames(byPool["spare"]))
-		}
-		if old := byPool["pair"]; len(old) > 1 || len(old) == 1 && old[0].Spec.NodeName != "" {
-			return fmt.Errorf("pods pinned to pair on %v, want at most one, Pending", nodeNames(old))
+		p := pods[0]
+		if p.Spec.NodeName != "spare-0" || p.Status.Phase != corev1.PodRunning || !podReady(p) {
+			return fmt.Errorf("its pod is on %q, %s, Ready %t", p.Spec.NodeName, p.Status.Phase, podReady(p))
 		}
 		return nil
 	})
@@ -695,6 +694,16 @@ func wrongGuess(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by 
 	if got := f.replicas(t, "spread"); len(got) != 2 || where(got[0]).pool != "pair" || where(got[1]).pool != "pair" {
 		t.Errorf("spread's replicas moved: %v", got)
 	}
+}
+
+// podReady is whether the pod's Ready condition is True.
+func podReady(p corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // nodeNames are the nodes pods are bound to, "" for a Pending one.

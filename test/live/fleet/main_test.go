@@ -6,10 +6,11 @@
 // functions, over mutual TLS. Each workload cluster is a kube-apiserver on
 // the same etcd (a key prefix of its own), kube-scheduler,
 // kube-controller-manager's deployment, replicaset, resourceclaim and
-// garbage-collector controllers, and the cluster agent installed from
-// deploy/cluster-agent/. There is no kubelet: Nodes and ResourceSlices are
-// written through the API as a kubelet and a DRA driver would, and pods are
-// bound, never run.
+// garbage-collector controllers, KWOK as the kubelet of its GPU pool nodes,
+// and the cluster agent installed from deploy/cluster-agent/. KWOK marks the
+// nodes Ready, renews their Leases, runs bound pods (Running, then Ready)
+// and finishes their deletion; no container runs. ResourceSlices are
+// written through the API as a DRA driver would.
 package fleet
 
 import (
@@ -34,6 +35,7 @@ const (
 	envArtifacts  = "FLEET_ARTIFACTS"  // ./hack/build-xpkg.sh's output, the agent and the stand-in
 	envCrossplane = "FLEET_CROSSPLANE" // Crossplane core's module directory (its CRDs)
 	envProvider   = "FLEET_PROVIDER"   // provider-kubernetes' module directory (its CRDs)
+	envKWOK       = "FLEET_KWOK"       // KWOK's module directory (its stages)
 )
 
 // suite runs the tests in network and PID namespaces of their own: only
@@ -90,6 +92,7 @@ func prepare(root, logs string) ([]string, error) {
 	for _, m := range []struct{ env, wrapper, module string }{
 		{envCrossplane, "crossplane", "github.com/crossplane/crossplane/v2"},
 		{envProvider, "provider-kubernetes", "github.com/crossplane-contrib/provider-kubernetes"},
+		{envKWOK, "kwok", "sigs.k8s.io/kwok"},
 	} {
 		dir, err := testenv.Run(context.Background(), filepath.Join(root, "test", "live", "controlplane", m.wrapper),
 			[]string{"GOWORK=off", "GOFLAGS=-mod=readonly"}, "go", "list", "-m", "-f", "{{.Dir}}", m.module)

@@ -113,6 +113,8 @@ type workload struct {
 	api       *apiServer
 	scheduler *harness.Process
 	schedArgs []string
+	// kwok is the kubelet of its GPU pool nodes (kwok_test.go).
+	kwok *harness.Process
 	// controllers is its kube-controller-manager.
 	controllers     *harness.Process
 	controllersArgs []string
@@ -128,8 +130,9 @@ type workload struct {
 }
 
 // startWorkload starts a workload cluster on the fleet's etcd, registers
-// its nodes and their GPUs, installs the cluster agent, and adds its
-// InferenceCluster to the control plane.
+// its nodes and their GPUs, starts KWOK as its pool nodes' kubelet,
+// installs the cluster agent, and adds its InferenceCluster to the control
+// plane.
 func (f *fleet) startWorkload(t *testing.T, spec workloadSpec) *workload {
 	t.Helper()
 	w := &workload{spec: spec, api: f.startAPIServer(t, spec.name, f.etcd)}
@@ -138,7 +141,8 @@ func (f *fleet) startWorkload(t *testing.T, spec workloadSpec) *workload {
 		"--kubeconfig=" + kubeconfig,
 		// Deployments make ReplicaSets, ReplicaSets pods, and the
 		// resourceclaim controller each pod's claim from its template.
-		// No node-lifecycle controller: there is no kubelet to heartbeat.
+		// No node-lifecycle controller yet: the node outside the pools has
+		// no kubelet to heartbeat (the test plays it for the agent's Pods).
 		"--controllers=deployment-controller,replicaset-controller,resourceclaim-controller,garbage-collector-controller",
 		"--leader-elect=false", "--secure-port=0",
 	}
@@ -147,7 +151,7 @@ func (f *fleet) startWorkload(t *testing.T, spec workloadSpec) *workload {
 	w.startScheduler(t, f)
 
 	w.register(t)
-	w.terminatePods(t)
+	w.startKWOK(t, f)
 	f.installAgent(t, w)
 
 	// The control plane reaches the cluster through a kubeconfig Secret,
@@ -222,10 +226,11 @@ func (w *workload) startControllers(t *testing.T, f *fleet) {
 }
 
 // register writes, through the API, what the kubelets and the GPU DRA
-// driver of a cluster would: a Ready Node per pool node, labelled with its
-// pool and tainted as v0.3's GPU node groups are, with its cpu, memory and
-// pods allocatable, and a ResourceSlice of its GPUs; the DeviceClass of
-// the driver; and one node outside the pools, for the endpoint pickers.
+// driver of a cluster would: a Node per pool node, labelled with its pool
+// and tainted as v0.3's GPU node groups are, with its cpu, memory and pods
+// capacity, for KWOK to keep (it marks it Ready and renews its Lease), and
+// a ResourceSlice of its GPUs; the DeviceClass of the driver; and one Ready
+// node outside the pools, for the endpoint pickers and the agent's Pods.
 func (w *workload) register(t *testing.T) {
 	t.Helper()
 	c := w.api.c
@@ -236,13 +241,13 @@ func (w *workload) register(t *testing.T) {
 	if err := c.Create(t.Context(), class); err != nil {
 		t.Fatalf("cannot create DeviceClass %s in %s: %v", class.Name, w.spec.name, err)
 	}
-	w.node(t, systemNode, nil, nil, "8", "32Gi")
+	w.node(t, systemNode, nil, nil, "8", "32Gi", false)
 	for _, p := range w.spec.pools {
 		cs := gpuClasses()[p.class]
 		for i := range p.nodes {
 			name := fmt.Sprintf("%s-%d", p.name, i)
 			w.node(t, name, map[string]string{poolLabel: p.name},
-				[]corev1.Taint{{Key: "nvidia.com/gpu", Value: "true", Effect: corev1.TaintEffectNoSchedule}}, cs.cpu, cs.nodeMemory)
+				[]corev1.Taint{{Key: "nvidia.com/gpu", Value: "true", Effect: corev1.TaintEffectNoSchedule}}, cs.cpu, cs.nodeMemory, true)
 			devices := make([]resourcev1.Device, 0, cs.gpus)
 			for g := range cs.gpus {
 				devices = append(devices, resourcev1.Device{
@@ -265,62 +270,33 @@ func (w *workload) register(t *testing.T) {
 	}
 }
 
-// terminatePods plays the kubelets' part in a pod's deletion: a bound
-// pod deleted gracefully stays Terminating until its node's kubelet has
-// stopped its containers and deletes it for good. There is no kubelet, so
-// every pod marked for deletion is deleted at once (grace period 0), as a
-// kubelet would once its containers stopped; the resourceclaim controller
-// then releases its claim.
-func (w *workload) terminatePods(t *testing.T) {
-	t.Helper()
-	ctx := t.Context()
-	go func() {
-		tick := time.NewTicker(250 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			l := &corev1.PodList{}
-			if err := w.api.c.List(ctx, l); err != nil {
-				continue // The API server restarting, or the test ending: try again.
-			}
-			for i := range l.Items {
-				p := &l.Items[i]
-				if p.DeletionTimestamp == nil {
-					continue
-				}
-				// Not found, or the test ending: nothing to do.
-				_ = w.api.c.Delete(ctx, p, client.GracePeriodSeconds(0), client.Preconditions{UID: &p.UID})
-			}
-		}
-	}()
-}
-
-// node creates a Ready Node with its allocatable.
-func (w *workload) node(t *testing.T, name string, labels map[string]string, taints []corev1.Taint, cpu, memory string) {
+// node creates a Node with its capacity and allocatable. KWOK's (kwok)
+// it leaves to KWOK to mark Ready, as a kubelet would; the test's own it
+// marks Ready itself, once.
+func (w *workload) node(t *testing.T, name string, labels map[string]string, taints []corev1.Taint, cpu, memory string, kwok bool) {
 	t.Helper()
 	l := map[string]string{corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64"}
 	maps.Copy(l, labels)
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}, Spec: corev1.NodeSpec{Taints: taints}}
+	if kwok {
+		n.Annotations = map[string]string{kwokAnnotation: kwokManaged}
+	}
 	if err := w.api.c.Create(t.Context(), n); err != nil {
 		t.Fatalf("cannot create Node %s in %s: %v", name, w.spec.name, err)
 	}
 	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory), corev1.ResourcePods: resource.MustParse("110")}
-	now := metav1.Now()
-	n.Status = corev1.NodeStatus{
-		Capacity: res, Allocatable: res,
-		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}},
+	n.Status = corev1.NodeStatus{Capacity: res, Allocatable: res}
+	if !kwok {
+		now := metav1.Now()
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
 	}
 	if err := w.api.c.Status().Update(t.Context(), n); err != nil {
 		t.Fatalf("cannot write the status of Node %s in %s: %v", name, w.spec.name, err)
 	}
 	// The API server taints a new Node not-ready (TaintNodesByCondition);
 	// the node-lifecycle controller lifts the taint once the node is
-	// Ready. It does not run here (no kubelet heartbeats): lift it as it
-	// would.
+	// Ready. It does not run here (the node outside the pools has no
+	// heartbeat): lift it as it would.
 	eventually(t, 30*time.Second, "Node "+name+" without the not-ready taint", func() error {
 		if err := w.api.c.Get(t.Context(), client.ObjectKey{Name: name}, n); err != nil {
 			return err
