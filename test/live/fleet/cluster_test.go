@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,11 @@ func (f *fleet) startAPIServer(t *testing.T, name, etcd string) *apiServer {
 		// Pods name no ServiceAccount and no controller makes the
 		// default one of a namespace.
 		"--disable-admission-plugins=ServiceAccount",
+		// A pod tolerates a NotReady or unreachable node this long
+		// (DefaultTolerationSeconds; 300 s by default), so that a dead
+		// node's pods are evicted within the scenario (nodeDies).
+		"--default-not-ready-toleration-seconds="+strconv.Itoa(tolerationSeconds),
+		"--default-unreachable-toleration-seconds="+strconv.Itoa(tolerationSeconds),
 	)
 	a.admin = &rest.Config{Host: "https://" + a.addr, BearerToken: a.adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: a.ca.CertPEM}, QPS: 100, Burst: 200}
 	pool := x509.NewCertPool()
@@ -125,8 +131,10 @@ func (a *apiServer) token(t *testing.T, namespace, name string) string {
 	return tr.Status.Token
 }
 
-// kubeconfig returns a kubeconfig of the API server as the token's owner;
-// written to <dir>/<user>.kubeconfig when write is set.
+// kubeconfig returns a kubeconfig of the API server as the token's owner,
+// written to <dir>/<user>.kubeconfig. Written whole, by a rename: a
+// process starting meanwhile (kube-scheduler) would otherwise read the
+// file emptied, and fail with "no configuration has been provided".
 func (a *apiServer) kubeconfig(t *testing.T, user, token string) ([]byte, string) {
 	t.Helper()
 	cfg := clientcmdapi.Config{
@@ -140,7 +148,17 @@ func (a *apiServer) kubeconfig(t *testing.T, user, token string) ([]byte, string
 		t.Fatal(err)
 	}
 	file := filepath.Join(a.dir, user+".kubeconfig")
-	if err := os.WriteFile(file, b, 0o600); err != nil {
+	tmp, err := os.CreateTemp(a.dir, "."+user+".kubeconfig.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tmp.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := tmp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp.Name(), file); err != nil {
 		t.Fatal(err)
 	}
 	return b, file

@@ -59,6 +59,7 @@ func TestLiveFleet(t *testing.T) {
 		{"the steering policy deleted: no pod held, the report no longer Steered, the function falls back to its assumedBinding", policyDeleted},
 		{"the agent hangs with pods held: a new agent leads and releases them pinned within the stated bound", agentKilled},
 		{"two agents hand over while pods are held: none steered twice", handOver},
+		{"a node of a placed replica dies: its pod evicted and replaced on the pool's other node, the report without it; out-of-service, then back", nodeDies},
 	}
 	for _, s := range scenarios {
 		if !t.Run(s.name, func(t *testing.T) { s.run(t, f) }) {

@@ -5,8 +5,9 @@
 // fleet-scheduler, the relay and a stand-in for Modelplane's Python
 // functions, over mutual TLS. Each workload cluster is a kube-apiserver on
 // the same etcd (a key prefix of its own), kube-scheduler,
-// kube-controller-manager's deployment, replicaset, resourceclaim and
-// garbage-collector controllers, KWOK as the kubelet of its GPU pool nodes,
+// kube-controller-manager's deployment, replicaset, resourceclaim,
+// garbage-collector, node-lifecycle, taint-eviction and pod-garbage-collector
+// controllers, KWOK as the kubelet of its GPU pool nodes,
 // and the cluster agent installed from deploy/cluster-agent/. KWOK marks the
 // nodes Ready, renews their Leases, runs bound pods (Running, then Ready)
 // and finishes their deletion; no container runs. ResourceSlices are

@@ -5,7 +5,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -51,6 +50,9 @@ type workloadSpec struct {
 type poolSpec struct {
 	name, class string
 	nodes       int
+	// mortal gives each node a KWOK process of its own, which a scenario
+	// stops to stop the node's heartbeats (nodeDies).
+	mortal bool
 }
 
 // classSpec is an InferenceClass: what each of its nodes has.
@@ -77,6 +79,7 @@ func gpuClasses() map[string]classSpec {
 		"l4-4x":        {gpus: 4, product: "NVIDIA L4", memory: "23034Mi", cpu: "47", nodeMemory: "180Gi"},
 		"a10g-4x":      {gpus: 4, product: "NVIDIA A10G", memory: "23028Mi", cpu: "47", nodeMemory: "180Gi"},
 		"a10g-4x-lean": {gpus: 4, product: "NVIDIA A10G", memory: "23028Mi", cpu: "2", nodeMemory: "8Gi"},
+		"a100-4x":      {gpus: 4, product: "NVIDIA A100", memory: "40960Mi", cpu: "47", nodeMemory: "180Gi"},
 		"l40s-8x":      {gpus: 8, product: "NVIDIA L40S", memory: "46068Mi", cpu: "191", nodeMemory: "1500Gi"},
 	}
 }
@@ -86,10 +89,12 @@ func gpuClasses() map[string]classSpec {
 // on it (its CEL selectors name the product); pair comes before spare, so
 // that a replica placed on alpha goes to pair first. alpha's agent steers
 // pair (wrongGuess turns that off for a while); no other pool is steered.
+// beta's mortal pool is nodeDies': each node has a KWOK of its own, and
+// only that scenario asks for its product.
 func workloads() []workloadSpec {
 	return []workloadSpec{
-		{name: "alpha", steer: "pair", pools: []poolSpec{{"quad", "l4-4x", 1}, {"pair", "a10g-4x-lean", 2}, {"spare", "a10g-4x", 1}}},
-		{name: "beta", mostAllocated: true, pools: []poolSpec{{"octo", "l40s-8x", 1}}},
+		{name: "alpha", steer: "pair", pools: []poolSpec{{name: "quad", class: "l4-4x", nodes: 1}, {name: "pair", class: "a10g-4x-lean", nodes: 2}, {name: "spare", class: "a10g-4x", nodes: 1}}},
+		{name: "beta", mostAllocated: true, pools: []poolSpec{{name: "octo", class: "l40s-8x", nodes: 1}, {name: "mortal", class: "a100-4x", nodes: 2, mortal: true}}},
 	}
 }
 
@@ -113,8 +118,10 @@ type workload struct {
 	api       *apiServer
 	scheduler *harness.Process
 	schedArgs []string
-	// kwok is the kubelet of its GPU pool nodes (kwok_test.go).
-	kwok *harness.Process
+	// kwok is the kubelet of its GPU pool nodes (kwok_test.go), but of a
+	// mortal pool's, each of which has its own in mortal, by node.
+	kwok   *harness.Process
+	mortal map[string]*harness.Process
 	// controllers is its kube-controller-manager.
 	controllers     *harness.Process
 	controllersArgs []string
@@ -141,9 +148,14 @@ func (f *fleet) startWorkload(t *testing.T, spec workloadSpec) *workload {
 		"--kubeconfig=" + kubeconfig,
 		// Deployments make ReplicaSets, ReplicaSets pods, and the
 		// resourceclaim controller each pod's claim from its template.
-		// No node-lifecycle controller yet: the node outside the pools has
-		// no kubelet to heartbeat (the test plays it for the agent's Pods).
-		"--controllers=deployment-controller,replicaset-controller,resourceclaim-controller,garbage-collector-controller",
+		// The node-lifecycle controller marks a node whose Lease is not
+		// renewed NotReady and taints it; the taint-eviction controller
+		// evicts its pods once they no longer tolerate that; the pod
+		// garbage collector deletes those left on a Node deleted or
+		// tainted out-of-service (nodeDies).
+		"--controllers=deployment-controller,replicaset-controller,resourceclaim-controller,garbage-collector-controller," +
+			"node-lifecycle-controller,taint-eviction-controller,pod-garbage-collector-controller",
+		"--node-monitor-grace-period=" + nodeMonitorGrace.String(),
 		"--leader-elect=false", "--secure-port=0",
 	}
 	w.startControllers(t, f)
@@ -151,6 +163,7 @@ func (f *fleet) startWorkload(t *testing.T, spec workloadSpec) *workload {
 	w.startScheduler(t, f)
 
 	w.register(t)
+	w.heartbeat(t, f, systemNode)
 	w.startKWOK(t, f)
 	f.installAgent(t, w)
 
@@ -241,13 +254,17 @@ func (w *workload) register(t *testing.T) {
 	if err := c.Create(t.Context(), class); err != nil {
 		t.Fatalf("cannot create DeviceClass %s in %s: %v", class.Name, w.spec.name, err)
 	}
-	w.node(t, systemNode, nil, nil, "8", "32Gi", false)
+	w.node(t, systemNode, nil, nil, "8", "32Gi", "")
 	for _, p := range w.spec.pools {
 		cs := gpuClasses()[p.class]
 		for i := range p.nodes {
 			name := fmt.Sprintf("%s-%d", p.name, i)
+			keeper := kwokManaged
+			if p.mortal {
+				keeper = name
+			}
 			w.node(t, name, map[string]string{poolLabel: p.name},
-				[]corev1.Taint{{Key: "nvidia.com/gpu", Value: "true", Effect: corev1.TaintEffectNoSchedule}}, cs.cpu, cs.nodeMemory, true)
+				[]corev1.Taint{{Key: "nvidia.com/gpu", Value: "true", Effect: corev1.TaintEffectNoSchedule}}, cs.cpu, cs.nodeMemory, keeper)
 			devices := make([]resourcev1.Device, 0, cs.gpus)
 			for g := range cs.gpus {
 				devices = append(devices, resourcev1.Device{
@@ -270,40 +287,31 @@ func (w *workload) register(t *testing.T) {
 	}
 }
 
-// node creates a Node with its capacity and allocatable. KWOK's (kwok)
-// it leaves to KWOK to mark Ready, as a kubelet would; the test's own it
-// marks Ready itself, once.
-func (w *workload) node(t *testing.T, name string, labels map[string]string, taints []corev1.Taint, cpu, memory string, kwok bool) {
+// node creates a Node with its capacity and allocatable. A node with a
+// KWOK keeper (the value of its kwokAnnotation) KWOK marks Ready, as a
+// kubelet would; the test's own (no keeper) it marks Ready itself, once,
+// and renews its Lease (heartbeat). The node-lifecycle controller then
+// lifts the not-ready taint the API server put on the new Node.
+func (w *workload) node(t *testing.T, name string, labels map[string]string, taints []corev1.Taint, cpu, memory, keeper string) {
 	t.Helper()
 	l := map[string]string{corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64"}
 	maps.Copy(l, labels)
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}, Spec: corev1.NodeSpec{Taints: taints}}
-	if kwok {
-		n.Annotations = map[string]string{kwokAnnotation: kwokManaged}
+	if keeper != "" {
+		n.Annotations = map[string]string{kwokAnnotation: keeper}
 	}
 	if err := w.api.c.Create(t.Context(), n); err != nil {
 		t.Fatalf("cannot create Node %s in %s: %v", name, w.spec.name, err)
 	}
 	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory), corev1.ResourcePods: resource.MustParse("110")}
 	n.Status = corev1.NodeStatus{Capacity: res, Allocatable: res}
-	if !kwok {
+	if keeper == "" {
 		now := metav1.Now()
 		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
 	}
 	if err := w.api.c.Status().Update(t.Context(), n); err != nil {
 		t.Fatalf("cannot write the status of Node %s in %s: %v", name, w.spec.name, err)
 	}
-	// The API server taints a new Node not-ready (TaintNodesByCondition);
-	// the node-lifecycle controller lifts the taint once the node is
-	// Ready. It does not run here (the node outside the pools has no
-	// heartbeat): lift it as it would.
-	eventually(t, 30*time.Second, "Node "+name+" without the not-ready taint", func() error {
-		if err := w.api.c.Get(t.Context(), client.ObjectKey{Name: name}, n); err != nil {
-			return err
-		}
-		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady })
-		return w.api.c.Update(t.Context(), n)
-	})
 }
 
 // installAgent renders deploy/cluster-agent/ with its steering component,
