@@ -235,7 +235,7 @@ func TestProbe(t *testing.T) {
 // is given (go test -race checks it).
 func TestConcurrentReports(t *testing.T) {
 	pool, v, _ := busyPool(rand.New(rand.NewPCG(4, 4)), 20)
-	want := report(t, pool, v)
+	want := fullReport(t, pool, v)
 	got := make([]Report, 4)
 	errs := make([]error, 4)
 	var wg sync.WaitGroup

@@ -186,6 +186,10 @@ func histogramOf(devices []poolDevice, nodes []NodeFree, syncedAt time.Time) Rep
 	byFree := map[string]int{}
 	var key []byte
 	var leftOut map[string]string
+	summary := make([]agentv1alpha1.DeviceSummary, len(devices))
+	for k, d := range devices {
+		summary[k] = agentv1alpha1.DeviceSummary{Name: d.name, Total: int64(len(nodes)) * d.count}
+	}
 	for _, n := range nodes {
 		if n.LeftOut != "" {
 			if leftOut == nil {
@@ -195,8 +199,9 @@ func histogramOf(devices []poolDevice, nodes []NodeFree, syncedAt time.Time) Rep
 			continue
 		}
 		key = key[:0]
-		for _, f := range n.Free {
+		for k, f := range n.Free {
 			key = strconv.AppendInt(append(key, ','), f.Count, 10)
+			summary[k].Free += f.Count
 		}
 		if i, ok := byFree[string(key)]; ok {
 			groups[i].nodes++
@@ -221,6 +226,7 @@ func histogramOf(devices []poolDevice, nodes []NodeFree, syncedAt time.Time) Rep
 		// 12:00:00, so it is still charged, as it must be.
 		ObservedAt:         syncedAt.UTC().Truncate(time.Second),
 		NodesByFreeDevices: make([]agentv1alpha1.Bucket, 0, len(groups)),
+		Devices:            summary,
 		LeftOut:            leftOut,
 	}
 	for _, g := range groups {

@@ -112,7 +112,7 @@ func TestCountingNodeByNodeIsPoolReport(t *testing.T) {
 		// A slice of another pool's node, and one of a node with no
 		// Node: neither is any of this pool's nodes' business.
 		v.ResourceSlices = append(v.ResourceSlices, gpuSlice("gone", 2).obj())
-		want := report(t, pool, v)
+		want := fullReport(t, pool, v)
 		if diff := cmp.Diff(want, countByNode(t, pool, v)); diff != "" {
 			t.Fatalf("run %d: counted node by node: -PoolReport, +Counter:\n%s", run, diff)
 		}

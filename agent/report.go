@@ -51,6 +51,10 @@ type Report struct {
 	// their free devices: at most poolreport.MaxBuckets, most free first.
 	NodesByFreeDevices []agentv1alpha1.Bucket `json:"nodesByFreeDevices"`
 
+	// Devices sums the report per pool device, for the PoolObservation's
+	// FREE and TOTAL columns: never relayed, never read by the function.
+	Devices []agentv1alpha1.DeviceSummary `json:"-"`
+
 	// LeftOut says, by node name, why each of the pool's nodes that a new
 	// pod could not land on is not in the histogram: for the agent's logs,
 	// never published.

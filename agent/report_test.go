@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,11 +14,22 @@ import (
 
 	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/poolreport"
 )
 
 // report computes the pool's report of a view with the fixture classes,
-// synced at syncedAt.
+// synced at syncedAt, its summary checked (checkSummary) and left out, for
+// comparing with a histogram.
 func report(t *testing.T, pool Pool, v View) Report {
+	t.Helper()
+	r := fullReport(t, pool, v)
+	r.Devices = nil
+	return r
+}
+
+// fullReport is report with its summary, for comparing with another way
+// of computing it.
+func fullReport(t *testing.T, pool Pool, v View) Report {
 	t.Helper()
 	if v.DeviceClasses == nil {
 		v.DeviceClasses = classes()
@@ -29,7 +41,46 @@ func report(t *testing.T, pool Pool, v View) Report {
 	if err != nil {
 		t.Fatalf("PoolReport: %v", err)
 	}
+	checkSummary(t, pool, r)
 	return r
+}
+
+// checkSummary checks a report's per-device summary against its
+// histogram, which the tests that use report compare without it: a device
+// per counted pool device, in order; total, the observed nodes times its
+// count; free, what the buckets list when none were merged, and no less
+// (merging only lowers a bucket's counts) nor more than total otherwise.
+func checkSummary(t *testing.T, pool Pool, r Report) {
+	t.Helper()
+	devices, err := pool.devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Devices) != len(devices) {
+		t.Fatalf("summary of %d devices, want the pool's %d: %+v", len(r.Devices), len(devices), r.Devices)
+	}
+	for k, d := range devices {
+		var listed int64
+		for _, b := range r.NodesByFreeDevices {
+			for _, f := range b.Free {
+				if f.Name == d.name {
+					listed += b.Nodes * f.Count
+				}
+			}
+		}
+		got := r.Devices[k]
+		merged := len(r.NodesByFreeDevices) == poolreport.MaxBuckets
+		switch {
+		case got.Name != d.name:
+			t.Errorf("summary[%d] is of %q, want %q", k, got.Name, d.name)
+		case got.Total != r.ObservedNodes*d.count:
+			t.Errorf("summary[%s].total %d, want %d nodes times %d", d.name, got.Total, r.ObservedNodes, d.count)
+		case !merged && got.Free != listed:
+			t.Errorf("summary[%s].free %d, want the histogram's %d", d.name, got.Free, listed)
+		case merged && (got.Free < listed || got.Free > got.Total):
+			t.Errorf("summary[%s].free %d, want between the merged histogram's %d and the total %d", d.name, got.Free, listed, got.Total)
+		}
+	}
 }
 
 // histogram is a report of observed nodes and the buckets, at syncedAt.
@@ -615,5 +666,96 @@ func TestBadInput(t *testing.T) {
 				t.Errorf("\n%s\nPoolReport(...): want an error containing %q, got %v", tc.reason, tc.want, err)
 			}
 		})
+	}
+}
+
+// The summary behind kubectl's FREE and TOTAL: exact free devices over the
+// nodes a new pod could land on, and the pool's nodes times its count.
+func TestDeviceSummary(t *testing.T) {
+	type args struct {
+		pool   Pool
+		nodes  []*nodeWrapper
+		claims []*claimWrapper
+	}
+	cases := map[string]struct {
+		reason string
+		args   args
+		want   []agentv1alpha1.DeviceSummary
+	}{
+		"FreeAndHeld": {
+			reason: "Two nodes of 8: one whole, one with 3 held. Free 13 of 16.",
+			args: args{
+				pool:   gpuPool(),
+				nodes:  []*nodeWrapper{node("n1"), node("n2")},
+				claims: []*claimWrapper{claim("a").allocated(gpuDriver, "n2", "gpu-0", "gpu-1", "gpu-2")},
+			},
+			want: []agentv1alpha1.DeviceSummary{{Name: "gpu", Free: 13, Total: 16}},
+		},
+		"LeftOutNodesHaveNoneFree": {
+			reason: "A cordoned node's devices count in the total, none as free: a new pod could not have them.",
+			args:   args{pool: gpuPool(), nodes: []*nodeWrapper{node("n1"), node("n2").cordoned()}},
+			want:   []agentv1alpha1.DeviceSummary{{Name: "gpu", Free: 8, Total: 16}},
+		},
+		"NoNodes": {
+			reason: "A pool without nodes: 0 of 0.",
+			args:   args{pool: gpuPool()},
+			want:   []agentv1alpha1.DeviceSummary{{Name: "gpu", Free: 0, Total: 0}},
+		},
+		"SyntheticDevicesAreNotSummed": {
+			reason: "Only counted (DRA) devices are summed, in the spec's order.",
+			args: args{
+				pool:  gpuPool(v1alpha1.Device{Name: "efa", Claim: v1alpha1.ClaimSynthetic}, poolDev("gpu", gpuDriver, gpuClass, 8)),
+				nodes: []*nodeWrapper{node("n1")},
+			},
+			want: []agentv1alpha1.DeviceSummary{{Name: "gpu", Free: 8, Total: 8}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			v := View{DeviceClasses: classes(), SyncedAt: syncedAt, ResourceClaims: claims(tc.args.claims...)}
+			for _, n := range tc.args.nodes {
+				v.Nodes = append(v.Nodes, n.obj())
+				v.ResourceSlices = append(v.ResourceSlices, gpuSlice(n.Name, 8).obj())
+			}
+			got, err := PoolReport(t.Context(), tc.args.pool, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got.Devices); diff != "" {
+				t.Errorf("\n%s\nPoolReport(...).Devices: -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+// Merged buckets lower what the histogram lists; the summary stays exact.
+func TestDeviceSummaryIsExactWhenBucketsMerge(t *testing.T) {
+	pool := gpuPool(poolDev("gpu", gpuDriver, gpuClass, 8), poolDev("nic", nicDriver, nicClass, 8))
+	v := View{DeviceClasses: classes(), SyncedAt: syncedAt}
+	var free [2]int64
+	// 81 distinct free vectors, more than poolreport.MaxBuckets.
+	for g := range 9 {
+		for n := range 9 {
+			name := "n" + strconv.Itoa(g) + strconv.Itoa(n)
+			v.Nodes = append(v.Nodes, node(name).obj())
+			nics := make([]resourcev1.Device, 0, n)
+			for i := range n {
+				nics = append(nics, nic("nic-"+strconv.Itoa(i)).obj())
+			}
+			v.ResourceSlices = append(v.ResourceSlices, gpuSlice(name, g).obj(), slice(name+"-nic", nicDriver, name).devices(nics...).obj())
+			free[0] += int64(g)
+			free[1] += int64(n)
+		}
+	}
+	r, err := PoolReport(t.Context(), pool, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.NodesByFreeDevices) != poolreport.MaxBuckets {
+		t.Fatalf("%d buckets, want %d merged ones", len(r.NodesByFreeDevices), poolreport.MaxBuckets)
+	}
+	want := []agentv1alpha1.DeviceSummary{{Name: "gpu", Free: free[0], Total: 81 * 8}, {Name: "nic", Free: free[1], Total: 81 * 8}}
+	if diff := cmp.Diff(want, r.Devices); diff != "" {
+		t.Errorf("the summary of a merged histogram: -want, +got:\n%s", diff)
 	}
 }

@@ -67,9 +67,10 @@ status:
 	wantStatus := st(t, `
 providerConfigRef: {name: eks-kubeconfig}
 gpuPools: [{name: l4, nodes: 2, devices: [{name: gpu, driver: gpu.nvidia.com, count: 4}], observedNodes: 1, observedAt: "2026-10-20T20:06:00Z", nodesByFreeDevices: [{nodes: 1, free: [{name: gpu, count: 4}]}], binding: Steered}]
+poolReports: {pools: 1, reported: 1, oldestObservedAt: "2026-10-20T20:06:00Z"}
 `)
 	if diff := cmp.Diff(wantStatus, rsp.GetDesired().GetComposite().GetResource().GetFields()["status"].GetStructValue(), protocmp.Transform()); diff != "" {
-		t.Errorf("the desired status: the earlier step's, with l4's report and its binding: -want, +got:\n%s", diff)
+		t.Errorf("the desired status: the earlier step's, with l4's report and its binding, and the reports summed: -want, +got:\n%s", diff)
 	}
 	var keys []string
 	for k, r := range rsp.GetDesired().GetResources() {

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
@@ -178,6 +179,37 @@ func Cluster(in ClusterInput) ClusterOutput {
 	if poolsWritten {
 		out.Status = copyMap(status)
 		out.Status["gpuPools"] = pools
+		out.Status[FieldPoolReports] = reportsSummary(pools)
+	}
+	return out
+}
+
+// FieldPoolReports is the InferenceCluster's status field the relay sums
+// its pools' reports into, for kubectl's printer columns (the extended
+// XRD's REPORTED, POOLS and OLDEST REPORT): the function reads gpuPools.
+const FieldPoolReports = "poolReports"
+
+// reportsSummary is status.poolReports: how many pools there are, how
+// many carry a report, and the oldest report's observedAt, when any does.
+func reportsSummary(pools []any) map[string]any {
+	var reported int64
+	var oldest time.Time
+	var oldestText string
+	for _, p := range pools {
+		entry, _ := p.(map[string]any)
+		at, _ := entry[agentv1alpha1.FieldObservedAt].(string)
+		if at == "" {
+			continue
+		}
+		reported++
+		// Relayable let only a valid time through.
+		if t, err := poolreport.ParseTime(at); err == nil && (oldestText == "" || t.Before(oldest)) {
+			oldest, oldestText = t, at
+		}
+	}
+	out := map[string]any{"pools": int64(len(pools)), "reported": reported}
+	if oldestText != "" {
+		out["oldestObservedAt"] = oldestText
 	}
 	return out
 }

@@ -1,12 +1,15 @@
 package relay
 
 import (
+	"maps"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"sigs.k8s.io/yaml"
+
+	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 )
 
 // y reads YAML as decoded JSON.
@@ -446,7 +449,15 @@ gpuPools:
 			in := tc.in(t)
 			before := cmp.Diff(nil, in.DesiredStatus)
 			got := Cluster(in)
-			if diff := cmp.Diff(y(t, tc.want.status), got.Status, cmpopts.EquateEmpty()); diff != "" {
+			wantStatus, gotStatus := y(t, tc.want.status), got.Status
+			if _, ok := wantStatus[FieldPoolReports]; !ok && gotStatus != nil {
+				// The case states the pools; the summary is checked
+				// against them, then left out of the comparison.
+				checkPoolReports(t, wantStatus["gpuPools"], gotStatus[FieldPoolReports])
+				gotStatus = maps.Clone(gotStatus)
+				delete(gotStatus, FieldPoolReports)
+			}
+			if diff := cmp.Diff(wantStatus, gotStatus, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("%s\nStatus: -want, +got:\n%s", tc.reason, diff)
 			}
 			if diff := cmp.Diff(tc.want.resources(t), got.Resources, cmpopts.EquateEmpty()); diff != "" {
@@ -460,6 +471,56 @@ gpuPools:
 			}
 			if after := cmp.Diff(nil, in.DesiredStatus); after != before {
 				t.Errorf("Cluster changed its input's DesiredStatus")
+			}
+		})
+	}
+}
+
+// checkPoolReports checks status.poolReports against the gpuPools a case
+// expects: how many pools, how many with a report (an observedAt), and the
+// oldest observedAt (the fixtures' times are all of one RFC 3339 form, so
+// they order as strings).
+func checkPoolReports(t *testing.T, pools, got any) {
+	t.Helper()
+	list, _ := pools.([]any)
+	want := map[string]any{"pools": int64(len(list)), "reported": int64(0)}
+	for _, p := range list {
+		at, _ := p.(map[string]any)[agentv1alpha1.FieldObservedAt].(string)
+		if at == "" {
+			continue
+		}
+		want["reported"] = want["reported"].(int64) + 1
+		if oldest, ok := want["oldestObservedAt"].(string); !ok || at < oldest {
+			want["oldestObservedAt"] = at
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("status.%s: -want, +got:\n%s", FieldPoolReports, diff)
+	}
+}
+
+func TestReportsSummary(t *testing.T) {
+	cases := map[string]struct {
+		reason string
+		pools  []any
+		want   map[string]any
+	}{
+		"None":       {reason: "No pools: none reported, no oldest.", want: map[string]any{"pools": int64(0), "reported": int64(0)}},
+		"Unreported": {reason: "Pools without a report count, and report nothing.", pools: []any{map[string]any{"name": "a"}}, want: map[string]any{"pools": int64(1), "reported": int64(0)}},
+		"OldestByTime": {
+			reason: "The oldest by time, not by text: an offset other than Z is read as the time it is.",
+			pools: []any{
+				map[string]any{"name": "a", "observedAt": "2026-10-20T20:06:00Z"},
+				map[string]any{"name": "b", "observedAt": "2026-10-20T21:05:00+02:00"},
+				map[string]any{"name": "c"},
+			},
+			want: map[string]any{"pools": int64(3), "reported": int64(2), "oldestObservedAt": "2026-10-20T21:05:00+02:00"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, reportsSummary(tc.pools)); diff != "" {
+				t.Errorf("%s\nreportsSummary(...): -want, +got:\n%s", tc.reason, diff)
 			}
 		})
 	}

@@ -83,6 +83,21 @@ type Free struct {
 	Count int64  `json:"count"`
 }
 
+// DeviceSummary is a pool report summed for people, per pool device:
+// kubectl's FREE and TOTAL columns. The function and the relay read the
+// histogram, never this.
+type DeviceSummary struct {
+	// Name is the pool device's, as spec.devices[].name.
+	Name string `json:"name"`
+	// Free is how many of the device are free on the nodes the histogram
+	// counts (those a new pod could land on), summed before buckets are
+	// merged, so exact.
+	Free int64 `json:"free"`
+	// Total is observedNodes times the device's spec count: what the
+	// pool's nodes have, ready or not, by its description.
+	Total int64 `json:"total"`
+}
+
 // Steering is whether the agent steers a pool's claiming pods
 // (docs/spec.md#steering). An enumeration rather than a bool, as
 // Kubernetes' API conventions advise, so that other ways of steering can
@@ -252,6 +267,9 @@ type PoolObservationStatus struct {
 	// Binding is BindingSteered while steering is in force, and empty
 	// otherwise (the Steering condition says why).
 	Binding string `json:"binding,omitempty"`
+	// Devices sums the report per counted pool device, in the spec's
+	// order; with the report, or none.
+	Devices []DeviceSummary `json:"devices,omitempty"`
 	// Conditions hold Synced, and Steering when the spec asks for it.
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }

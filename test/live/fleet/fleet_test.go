@@ -385,6 +385,10 @@ func reportsFlow(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by
 	w := f.clusters["beta"]
 	w.waitPoolObservation(t, "octo", map[int64]int64{8: 1}, settle)
 	f.waitReport(t, "beta", "octo", map[int64]int64{8: 1}, settle)
+	// What kubectl get inferenceclusters prints: both pools reported.
+	if got := f.cp.printed(t, apiVersion, "inferenceclusters", "beta"); got["POOLS"] != "2" || got["REPORTED"] != "2" || got["OLDEST-REPORT"] == "<nil>" || got["OLDEST-REPORT"] == "" {
+		t.Errorf("kubectl get inferencecluster beta prints POOLS %s REPORTED %s OLDEST-REPORT %s, want 2, 2 and a time (the row: %v)", got["POOLS"], got["REPORTED"], got["OLDEST-REPORT"], got)
+	}
 	for _, step := range []struct {
 		what string
 		do   func()
@@ -397,6 +401,15 @@ func reportsFlow(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by
 		step.do()
 		agent := w.waitPoolObservation(t, "octo", step.want, 30*time.Second)
 		relayed := f.waitReport(t, "beta", "octo", step.want, 30*time.Second)
+		// What kubectl get poolobservations prints: the pool's free and
+		// total GPUs.
+		var free int64
+		for perNode, nodes := range step.want {
+			free += perNode * nodes
+		}
+		if got := w.api.printed(t, agentAPIVersion, "poolobservations", "octo"); got["FREE"] != fmt.Sprint(free) || got["TOTAL"] != "8" {
+			t.Errorf("%s: kubectl get poolobservation octo prints FREE %s TOTAL %s, want %d of 8 (the row: %v)", step.what, got["FREE"], got["TOTAL"], free, got)
+		}
 		t.Logf("%s: the agent's PoolObservation reported it %s after the change, the InferenceCluster %s after that (%s in all)",
 			step.what, agent.Sub(start).Round(100*time.Millisecond), relayed.Sub(agent).Round(100*time.Millisecond), relayed.Sub(start).Round(100*time.Millisecond))
 		if all := relayed.Sub(start); all > 20*time.Second {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -118,4 +119,32 @@ func dump(t *testing.T, c client.Client, file string, kinds ...[2]string) {
 		return
 	}
 	t.Logf("the objects as the test ended: %s", file)
+}
+
+// printed is the row kubectl get prints for a cluster-scoped object of
+// the agent's kinds: its printer columns' cells by column name, as the API
+// server renders them (a Table, as kubectl asks for it).
+func (a *apiServer) printed(t *testing.T, groupVersion, resource, name string) map[string]string {
+	t.Helper()
+	b, err := a.kube.Discovery().RESTClient().Get().
+		AbsPath("/apis", groupVersion, resource, name).
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").
+		DoRaw(t.Context())
+	if err != nil {
+		t.Fatalf("cannot get %s %s as a Table: %v", resource, name, err)
+	}
+	table := &metav1.Table{}
+	if err := json.Unmarshal(b, table); err != nil {
+		t.Fatalf("cannot read %s %s's Table: %v", resource, name, err)
+	}
+	if len(table.Rows) != 1 {
+		t.Fatalf("%s %s's Table has %d rows", resource, name, len(table.Rows))
+	}
+	out := map[string]string{}
+	for i, c := range table.ColumnDefinitions {
+		if i < len(table.Rows[0].Cells) {
+			out[c.Name] = fmt.Sprint(table.Rows[0].Cells[i])
+		}
+	}
+	return out
 }

@@ -363,7 +363,7 @@ func poolOf(po *v1alpha1.PoolObservation) (agent.Pool, error) {
 func reportStatus(u *unstructured.Unstructured, r agent.Report) *v1alpha1.PoolObservationStatus {
 	at := metav1.NewTime(r.ObservedAt)
 	buckets := r.NodesByFreeDevices
-	s := &v1alpha1.PoolObservationStatus{ObservedNodes: &r.ObservedNodes, ObservedAt: &at, NodesByFreeDevices: &buckets}
+	s := &v1alpha1.PoolObservationStatus{ObservedNodes: &r.ObservedNodes, ObservedAt: &at, NodesByFreeDevices: &buckets, Devices: r.Devices}
 	schedulable := int64(0)
 	for _, b := range buckets {
 		schedulable += b.Nodes
@@ -427,7 +427,7 @@ func (p *Pools) write(ctx context.Context, u *unstructured.Unstructured, want *v
 	// have was decoded anew from the cache: it is this call's to change.
 	next := &old
 	next.ObservedNodes, next.ObservedAt, next.NodesByFreeDevices = want.ObservedNodes, want.ObservedAt, want.NodesByFreeDevices
-	next.Binding = want.Binding
+	next.Binding, next.Devices = want.Binding, want.Devices
 	for _, c := range want.Conditions {
 		c.LastTransitionTime = metav1.NewTime(p.clock.Now())
 		meta.SetStatusCondition(&next.Conditions, c)
@@ -455,7 +455,8 @@ func (p *Pools) write(ctx context.Context, u *unstructured.Unstructured, want *v
 // sameReport is whether two statuses publish the same report and
 // condition, whatever their observedAt and transition times.
 func sameReport(a, b v1alpha1.PoolObservationStatus) bool {
-	if !equality.Semantic.DeepEqual(a.ObservedNodes, b.ObservedNodes) || !equality.Semantic.DeepEqual(a.NodesByFreeDevices, b.NodesByFreeDevices) || a.Binding != b.Binding {
+	if !equality.Semantic.DeepEqual(a.ObservedNodes, b.ObservedNodes) || !equality.Semantic.DeepEqual(a.NodesByFreeDevices, b.NodesByFreeDevices) || a.Binding != b.Binding ||
+		!slices.Equal(a.Devices, b.Devices) {
 		return false
 	}
 	if (meta.FindStatusCondition(a.Conditions, v1alpha1.ConditionSteering) == nil) != (meta.FindStatusCondition(b.Conditions, v1alpha1.ConditionSteering) == nil) {

@@ -27,9 +27,15 @@ func wantReport(t *testing.T, pool string, v agent.View, msg string) v1alpha1.Po
 	}
 	at := metav1.NewTime(r.ObservedAt)
 	return v1alpha1.PoolObservationStatus{
-		ObservedNodes: &r.ObservedNodes, ObservedAt: &at, NodesByFreeDevices: &r.NodesByFreeDevices,
+		ObservedNodes: &r.ObservedNodes, ObservedAt: &at, NodesByFreeDevices: &r.NodesByFreeDevices, Devices: r.Devices,
 		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionSynced, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonObserved, Message: msg, ObservedGeneration: 1, LastTransitionTime: metav1.NewTime(t0)}},
 	}
+}
+
+// withDevices is the status with its summary set.
+func withDevices(s v1alpha1.PoolObservationStatus, d ...v1alpha1.DeviceSummary) v1alpha1.PoolObservationStatus {
+	s.Devices = d
+	return s
 }
 
 // failedStatus is a Synced False status.
@@ -76,9 +82,12 @@ func TestPoolStatus(t *testing.T) {
 		want   map[string]v1alpha1.PoolObservationStatus
 	}{
 		"Reports": {
-			reason: "Each pool's status is agent.PoolReport of its objects, as of the proven time, Synced True.",
+			reason: "Each pool's status is agent.PoolReport of its objects, as of the proven time, Synced True, with its free and total GPUs (kubectl's FREE and TOTAL).",
 			args:   args{objs: append(base, poolObservation("l4"), poolObservation("h100"))},
-			want:   map[string]v1alpha1.PoolObservationStatus{"l4": wantReport(t, "l4", l4View, l4Msg), "h100": wantReport(t, "h100", h100View, h100Msg)},
+			want: map[string]v1alpha1.PoolObservationStatus{
+				"l4":   withDevices(wantReport(t, "l4", l4View, l4Msg), v1alpha1.DeviceSummary{Name: "gpu", Free: 13, Total: 24}),
+				"h100": withDevices(wantReport(t, "h100", h100View, h100Msg), v1alpha1.DeviceSummary{Name: "gpu", Free: 7, Total: 8}),
+			},
 		},
 		"NoDeviceClass": {
 			reason: "A pool device whose DeviceClass the cluster lacks is Synced False, naming the field; the other pool still reports.",
