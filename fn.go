@@ -109,7 +109,7 @@ func (f *Function) plan(ctx context.Context, c plan.Call) (plan.Outcome, error) 
 	if err := gone(ctx, "answer the call"); err != nil {
 		return plan.Outcome{}, err
 	}
-	c.Capacity = f.tel.capacity()
+	c.Capacity, c.CompareWholeNode = f.tel.capacity(), f.tel.comparesWholeNode()
 	return f.planner.Plan(ctx, c)
 }
 

@@ -433,7 +433,10 @@ func TestBinaryOperable(t *testing.T) {
 	fatal.Input = &structpb.Struct{Fields: map[string]*structpb.Value{
 		"apiVersion": structpb.NewStringValue("scheduler.fn.modelplane.ai/v1beta1"), "kind": structpb.NewStringValue("Inptu"),
 	}}
-	calls := []*fnv1.RunFunctionRequest{fatal, request(t, xr, []any{a}, nil), request(t, xr, []any{a, b, c}, nil)}
+	// Three 4-GPU replicas on c's two free nodes of 8, where whole nodes
+	// would place two: one beyond whole-node accounting.
+	small := fx.Deployment("n").Replicas(3).Engines(fx.Standalone("main", fx.GPURequest(4))).Obj()
+	calls := []*fnv1.RunFunctionRequest{fatal, request(t, xr, []any{a}, nil), request(t, xr, []any{a, b, c}, nil), request(t, small, []any{c}, nil)}
 	for i, req := range calls {
 		// The server may not listen yet: wait for it, as Crossplane would.
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -447,24 +450,27 @@ func TestBinaryOperable(t *testing.T) {
 	got := scrape(t, "http://"+metricsAddr+"/metrics")
 	deployment := `{deployment="` + fx.Namespace + `/m"}`
 	want := map[string]float64{
-		`fleet_scheduler_calls_total{result="ok"}`:           2,
+		`fleet_scheduler_calls_total{result="ok"}`:           3,
 		`fleet_scheduler_calls_total{result="fatal"}`:        1,
 		`fleet_scheduler_calls_total{result="error"}`:        0,
-		`fleet_scheduler_call_duration_seconds_count`:        3,
+		`fleet_scheduler_call_duration_seconds_count`:        4,
+		`fleet_scheduler_replicas_beyond_whole_node_total`:   1,
 		`fleet_scheduler_replicas_unplaced` + deployment:     0,
 		`fleet_scheduler_replacements_total` + deployment:    0,
 		`fleet_scheduler_pools_whole_node{reason="invalid"}`: 1,
 		`fleet_scheduler_pools_whole_node{reason="missing"}`: 1,
 		`fleet_scheduler_pools_whole_node{reason="stale"}`:   0,
 		`fleet_scheduler_assumed_placements`:                 0,
-		`fleet_scheduler_largest_free_devices{model="gpu"}`:  8,
+		// c's last ledger, n's: its three 4-GPU replicas left one node 4.
+		`fleet_scheduler_largest_free_devices{model="gpu"}`: 4,
 		// As reported, before the call placed: a pool's report, not the
 		// ledger.
 		`fleet_scheduler_pool_free_devices{cluster="c",device="gpu",pool="h100"}`:                                                                              16,
+		`fleet_scheduler_pool_devices{cluster="c",device="gpu",pool="h100"}`:                                                                                   16,
 		`fleet_scheduler_pool_accounting{cluster="c",mode="free-devices",pool="h100"}`:                                                                         1,
 		`fleet_scheduler_pool_accounting{cluster="a",mode="whole-node",pool="h100"}`:                                                                           1,
 		`fleet_scheduler_pool_accounting{cluster="b",mode="whole-node",pool="h100"}`:                                                                           1,
-		`grpc_server_handled_total{grpc_code="OK",grpc_method="RunFunction",grpc_service="apiextensions.fn.proto.v1.FunctionRunnerService",grpc_type="unary"}`: 3,
+		`grpc_server_handled_total{grpc_code="OK",grpc_method="RunFunction",grpc_service="apiextensions.fn.proto.v1.FunctionRunnerService",grpc_type="unary"}`: 4,
 	}
 	picked := map[string]float64{}
 	for k := range want {
@@ -508,6 +514,7 @@ func TestBinaryOperable(t *testing.T) {
 		{Msg: "Called", XR: xrName, Outcome: "placed", Placed: 2, Unplaced: 2},
 		{Msg: "Called", XR: xrName, Outcome: "placed", Placed: 4, Unplaced: 0},
 		{Msg: "Warning: invalid pool report, using whole-node accounting", Cluster: "b", Pool: "h100", Defect: `observedAt: "yesterday" is not an RFC 3339 time`},
+		{Msg: "Called", XR: fx.Namespace + "/n", Outcome: "placed", Placed: 3},
 	}
 	if len(lines) > 0 {
 		lines = lines[1:]

@@ -117,7 +117,7 @@ func (t *telemetry) called(s *summary, rsp *fnv1.RunFunctionResponse, err error,
 		kv = append(kv, "wholeNode", wholeNodeByReason(s.fleet.Pools), "assumed", s.outcome.Assumed)
 		if s.xr != nil {
 			rec.Deployment = s.xr.Metadata.Namespace + "/" + s.xr.Metadata.Name
-			rec.Unplaced, rec.Replaced = n.unplaced, n.replaced
+			rec.Unplaced, rec.Replaced, rec.BeyondWholeNode = n.unplaced, n.replaced, s.outcome.BeyondWholeNode
 			if t.metrics != nil {
 				rec.Pools, rec.Free = pools(s), free(s)
 			}
@@ -220,29 +220,28 @@ func wholeNodeReason(r observation.PoolReport) string {
 // time of each report that read as one.
 func pools(s *summary) iter.Seq[metrics.Pool] {
 	return func(yield func(metrics.Pool) bool) {
-		observed := make(map[string]map[string]*scheduling.PoolObservation, len(s.fleet.Clusters))
+		clusters := make(map[string]scheduling.Cluster, len(s.fleet.Clusters))
 		for _, c := range s.fleet.Clusters {
 			if c.Object != nil {
-				observed[c.Object.Metadata.Name] = c.Observed
+				clusters[c.Object.Metadata.Name] = c
 			}
 		}
 		for _, r := range s.fleet.Pools {
-			if !yield(poolOf(s, r, observed[r.Cluster][r.Pool])) {
+			if !yield(poolOf(s, r, clusters[r.Cluster])) {
 				return
 			}
 		}
 	}
 }
 
-// poolOf is a pool as the metrics count it; o is its usable report, nil
-// when it has none.
-func poolOf(s *summary, r observation.PoolReport, o *scheduling.PoolObservation) metrics.Pool {
+// poolOf is a pool as the metrics count it, of its cluster c.
+func poolOf(s *summary, r observation.PoolReport, c scheduling.Cluster) metrics.Pool {
 	p := metrics.Pool{Cluster: r.Cluster, Pool: r.Pool, WholeNode: wholeNodeReason(r), Ready: r.ClusterReady}
 	switch r.State {
 	case observation.Usable:
 		p.ObservedAt = r.ExpiresAt.Add(-s.maxAge)
-		if o != nil {
-			p.Free = freeDevices(o)
+		if o := c.Observed[r.Pool]; o != nil && c.Object != nil {
+			p.Free = deviceCounts(o, c.Object.Status.GPUPools, r.Pool)
 		}
 	case observation.Stale:
 		p.ObservedAt = s.now.Add(-r.Age)
@@ -251,18 +250,29 @@ func poolOf(s *summary, r observation.PoolReport, o *scheduling.PoolObservation)
 	return p
 }
 
-// freeDevices are a usable report's free devices of each kind over all its
-// nodes, by device name, sorted.
-func freeDevices(o *scheduling.PoolObservation) []metrics.DeviceCount {
+// deviceCounts are a usable report's free devices of each kind over all
+// its nodes, and how many the nodes it observed have (each has the count
+// its pool's entry of gpuPools gives, as the report was checked against),
+// by device name, sorted.
+func deviceCounts(o *scheduling.PoolObservation, gpuPools []v1alpha1.GPUPool, pool string) []metrics.DeviceCount {
 	sums := map[string]int64{}
 	for _, b := range o.Buckets {
 		for name, n := range b.Free {
 			sums[name] += b.Nodes * n
 		}
 	}
+	var devices []v1alpha1.Device
+	if i := slices.IndexFunc(gpuPools, func(p v1alpha1.GPUPool) bool { return p.Name == pool }); i >= 0 {
+		devices = gpuPools[i].Devices
+	}
 	out := make([]metrics.DeviceCount, 0, len(sums))
 	for _, name := range slices.Sorted(maps.Keys(sums)) {
-		out = append(out, metrics.DeviceCount{Device: name, Count: sums[name]})
+		d := metrics.DeviceCount{Device: name, Count: sums[name]}
+		// The first device of a name is the one, as the report was read.
+		if i := slices.IndexFunc(devices, func(d v1alpha1.Device) bool { return d.Name == name }); i >= 0 && devices[i].Count != nil {
+			d.Total = o.ObservedNodes * max(*devices[i].Count, 0)
+		}
+		out = append(out, d)
 	}
 	return out
 }
@@ -362,6 +372,12 @@ func (t *telemetry) capacity() scheduling.Capacity {
 		return scheduling.CapacityLargest
 	}
 	return scheduling.CapacityNone
+}
+
+// comparesWholeNode is whether calls say what whole-node accounting would
+// have left unplaced: for the metrics, the only reader of it.
+func (t *telemetry) comparesWholeNode() bool {
+	return t != nil && t.metrics != nil
 }
 
 func (t *telemetry) logger() logging.Logger {

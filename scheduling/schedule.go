@@ -23,6 +23,34 @@ func Schedule(s Snapshot) (*Plan, error) {
 	return plan, err
 }
 
+// BeyondWholeNode is how many more replicas plan, Schedule's of s,
+// composes than the same pass would if every pool were accounted by whole
+// nodes: the replicas free-device accounting found room for that Modelplane
+// v0.3 would have left unplaced, for a server's metrics. Only a plan that
+// placed a replica anew on a fleet with a usable report can differ
+// (retaining ignores capacity), so only then is s planned again. Whole
+// nodes may also place more than free devices do, where a report shows a
+// pool fuller than its replicas say; that is no saving, and counts 0.
+func BeyondWholeNode(s Snapshot, plan *Plan) (int, error) {
+	placedAnew := slices.ContainsFunc(plan.Replicas, func(p Placement) bool { return p.New })
+	observed := slices.ContainsFunc(s.Clusters, func(c Cluster) bool { return len(c.Observed) > 0 })
+	if !placedAnew || !observed {
+		return 0, nil
+	}
+	whole := s
+	whole.Clusters = make([]Cluster, len(s.Clusters))
+	for i, c := range s.Clusters {
+		c.Observed = nil
+		whole.Clusters[i] = c
+	}
+	whole.Options.Capacity, whole.Options.PodNodes = CapacityNone, false
+	wholePlan, _, err := schedule(whole)
+	if err != nil {
+		return 0, err
+	}
+	return max(len(plan.Replicas)-len(wholePlan.Replicas), 0), nil
+}
+
 // schedule is Schedule, also returning the pass so tests can inspect the
 // ledger it ended with.
 func schedule(s Snapshot) (*Plan, *pass, error) {

@@ -1,8 +1,9 @@
 // Package metrics is what the function tells Prometheus, prefixed
-// fleet_scheduler_: its calls by result and their duration; by deployment,
+// fleet_scheduler_: its calls by result and their duration; the replicas
+// whole-node accounting would have left unplaced; by deployment,
 // the replicas it could not place and its re-placements; by pool, how old
-// its report is, how it is accounted, its free devices as reported, and
-// the most devices of one name (a pool's device, a GPU model as a rule)
+// its report is, how it is accounted, its free and all its devices as
+// reported, and the most devices of one name (a pool's device, a GPU model as a rule)
 // free on one node. docs/operations.md#metrics lists each with its cardinality.
 //
 // A call records what it decided (Record); the series of a deployment or a
@@ -71,6 +72,9 @@ type Call struct {
 	// Unplaced is how many wanted replicas it did not compose, and
 	// Replaced how many it re-placed.
 	Unplaced, Replaced int
+	// BeyondWholeNode is how many of the replicas it composed whole-node
+	// accounting would have left unplaced.
+	BeyondWholeNode int
 	// Pools are the pools it read, and Free what those it built a ledger
 	// of had left; no Free when it built none (it placed and re-placed
 	// nothing). Each is read once, within Record: a call yields them as it
@@ -95,10 +99,10 @@ type Pool struct {
 	Free []DeviceCount
 }
 
-// DeviceCount is a count of devices of one name.
+// DeviceCount is a count of devices of one name: Count free of Total.
 type DeviceCount struct {
-	Device string
-	Count  int64
+	Device       string
+	Count, Total int64
 }
 
 // PoolFree is what a pool had left once a call placed its replicas.
@@ -115,10 +119,12 @@ type PoolFree struct {
 type Metrics struct {
 	calls    *prometheus.CounterVec
 	duration prometheus.Histogram
+	beyond   prometheus.Counter
 
 	unplaced, lastCall, replacements *prometheus.Desc
 	wholeNode, reportAge, largest    *prometheus.Desc
-	poolFree, accounting, assumed    *prometheus.Desc
+	poolFree, poolDevices            *prometheus.Desc
+	accounting, assumed              *prometheus.Desc
 
 	now  func() time.Time
 	held func(time.Time) int
@@ -168,6 +174,10 @@ func New(now func() time.Time, held func(time.Time) int) *Metrics {
 			Help:    "How long a call took, of every call but a first iteration that only asks for the fleet.",
 			Buckets: durationBuckets(),
 		}),
+		beyond: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "replicas_beyond_whole_node_total",
+			Help: "Replicas calls composed that whole-node accounting would have left unplaced (what free-device accounting saved), counted by the call that placed them.",
+		}),
 		unplaced: prometheus.NewDesc(ns+"_replicas_unplaced",
 			"Replicas a deployment wants that its last call on this server did not compose; 0 once placed.", []string{"deployment"}, nil),
 		lastCall: prometheus.NewDesc(ns+"_deployment_last_call_timestamp_seconds",
@@ -182,6 +192,8 @@ func New(now func() time.Time, held func(time.Time) int) *Metrics {
 			"The most devices of a name (the pool's device, as a rule a GPU model) free on one node of any pool, once the last call that placed a replica there had placed it.", []string{"model"}, nil),
 		poolFree: prometheus.NewDesc(ns+"_pool_free_devices",
 			"Free devices of a kind over all the pool's nodes, as its usable report says; none for a pool on whole-node accounting.", []string{"cluster", "pool", "device"}, nil),
+		poolDevices: prometheus.NewDesc(ns+"_pool_devices",
+			"Devices of a kind the pool's observed nodes have (observedNodes times the device's count per node), as its usable report says; none for a pool on whole-node accounting.", []string{"cluster", "pool", "device"}, nil),
 		accounting: prometheus.NewDesc(ns+"_pool_accounting",
 			"1 for how the pool is accounted: free-devices (a usable report) or whole-node.", []string{"cluster", "pool", "mode"}, nil),
 		assumed: prometheus.NewDesc(ns+"_assumed_placements",
@@ -206,6 +218,7 @@ func (m *Metrics) Record(c Call) {
 	if c.Deployment == "" {
 		return
 	}
+	m.beyond.Add(float64(max(c.BeyondWholeNode, 0)))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	d := m.deployments[c.Deployment]
@@ -244,7 +257,8 @@ func (m *Metrics) pool(cluster, name string) *pool {
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.calls.Describe(ch)
 	m.duration.Describe(ch)
-	for _, d := range []*prometheus.Desc{m.unplaced, m.lastCall, m.replacements, m.wholeNode, m.reportAge, m.largest, m.poolFree, m.accounting, m.assumed} {
+	m.beyond.Describe(ch)
+	for _, d := range []*prometheus.Desc{m.unplaced, m.lastCall, m.replacements, m.wholeNode, m.reportAge, m.largest, m.poolFree, m.poolDevices, m.accounting, m.assumed} {
 		ch <- d
 	}
 }
@@ -254,6 +268,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.calls.Collect(ch)
 	m.duration.Collect(ch)
+	m.beyond.Collect(ch)
 	now := m.now()
 	if m.held != nil {
 		ch <- prometheus.MustNewConstMetric(m.assumed, prometheus.GaugeValue, float64(m.held(now)))
@@ -284,6 +299,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		if p.wholeNode == "" {
 			for _, f := range p.free {
 				ch <- prometheus.MustNewConstMetric(m.poolFree, prometheus.GaugeValue, float64(f.Count), k[0], k[1], f.Device)
+				ch <- prometheus.MustNewConstMetric(m.poolDevices, prometheus.GaugeValue, float64(f.Total), k[0], k[1], f.Device)
 			}
 		}
 		if now.Sub(p.largestAt) <= StaleAfter {

@@ -47,9 +47,9 @@ func values(t *testing.T, g prometheus.Gatherer) map[string]float64 {
 func TestMetrics(t *testing.T) {
 	pools := func(at time.Time) []Pool {
 		return []Pool{
-			{Cluster: "a", Pool: "h100", Ready: true, ObservedAt: at.Add(-30 * time.Second), Free: []DeviceCount{{Device: "h100", Count: 12}, {Device: "nic", Count: 4}}},
+			{Cluster: "a", Pool: "h100", Ready: true, ObservedAt: at.Add(-30 * time.Second), Free: []DeviceCount{{Device: "h100", Count: 12, Total: 24}, {Device: "nic", Count: 4, Total: 6}}},
 			// A stale report's counts are not the pool's: not exported.
-			{Cluster: "b", Pool: "h100", Ready: true, WholeNode: ReasonStale, ObservedAt: at.Add(-time.Hour), Free: []DeviceCount{{Device: "h100", Count: 8}}},
+			{Cluster: "b", Pool: "h100", Ready: true, WholeNode: ReasonStale, ObservedAt: at.Add(-time.Hour), Free: []DeviceCount{{Device: "h100", Count: 8, Total: 8}}},
 			{Cluster: "c", Pool: "l4", Ready: true, WholeNode: ReasonInvalid},
 			{Cluster: "d", Pool: "l4", WholeNode: ReasonMissing},
 		}
@@ -77,16 +77,17 @@ func TestMetrics(t *testing.T) {
 				`fleet_scheduler_calls_total{result="ok"}`: 0, `fleet_scheduler_calls_total{result="fatal"}`: 0, `fleet_scheduler_calls_total{result="error"}`: 0,
 				`fleet_scheduler_call_duration_seconds_count{}`: 0, `fleet_scheduler_assumed_placements{}`: 0,
 				`fleet_scheduler_pools_whole_node{reason="invalid"}`: 0, `fleet_scheduler_pools_whole_node{reason="missing"}`: 0, `fleet_scheduler_pools_whole_node{reason="stale"}`: 0,
+				`fleet_scheduler_replicas_beyond_whole_node_total{}`: 0,
 			},
 		},
 		"Calls": {
-			reason: "A Fatal call and an error count apart from ok ones; a first iteration is counted but not timed; a deployment's unplaced replicas are its last call's, its re-placements add up; whole-node pools count only in Ready clusters; every pool says how it is accounted, and one with a usable report its free devices; the largest free shape of a model is the most over pools, of the last call that built each pool's ledger.",
+			reason: "A Fatal call and an error count apart from ok ones; a first iteration is counted but not timed; a deployment's unplaced replicas are its last call's, its re-placements add up; whole-node pools count only in Ready clusters; every pool says how it is accounted, and one with a usable report its free and all its devices; the replicas beyond whole-node accounting add up over calls that read their fleet; the largest free shape of a model is the most over pools, of the last call that built each pool's ledger.",
 			calls: []call{
 				{c: Call{Result: OK, OnlyAsked: true, Duration: time.Millisecond}},
-				{c: Call{Result: OK, Duration: time.Second, Deployment: "ns/a", Unplaced: 2, Replaced: 1, Pools: slices.Values(pools(t0)), Free: slices.Values(free)}},
+				{c: Call{Result: OK, Duration: time.Second, Deployment: "ns/a", Unplaced: 2, Replaced: 1, BeyondWholeNode: 2, Pools: slices.Values(pools(t0)), Free: slices.Values(free)}},
 				{after: time.Minute, c: Call{Result: OK, Duration: time.Second, Deployment: "ns/a", Unplaced: 0, Replaced: 2, Pools: slices.Values(pools(t0.Add(time.Minute))), Free: slices.Values(free[2:])}},
-				{after: time.Minute, c: Call{Result: OK, Duration: time.Second, Deployment: "ns/b", Free: slices.Values([]PoolFree{{Cluster: "a", Pool: "h100", Devices: []string{"h100", "nic"}, Largest: []int64{3, 0}}})}},
-				{after: time.Minute, c: Call{Result: Fatal, Duration: time.Millisecond}},
+				{after: time.Minute, c: Call{Result: OK, Duration: time.Second, Deployment: "ns/b", BeyondWholeNode: 1, Free: slices.Values([]PoolFree{{Cluster: "a", Pool: "h100", Devices: []string{"h100", "nic"}, Largest: []int64{3, 0}}})}},
+				{after: time.Minute, c: Call{Result: Fatal, Duration: time.Millisecond, BeyondWholeNode: 5}},
 				{after: time.Minute, c: Call{Result: Error, Duration: time.Millisecond}},
 			},
 			scrape: 2 * time.Minute,
@@ -105,6 +106,9 @@ func TestMetrics(t *testing.T) {
 				`fleet_scheduler_pool_report_age_seconds{cluster="b",pool="h100"}`:             3660,
 				`fleet_scheduler_pool_free_devices{cluster="a",device="h100",pool="h100"}`:     12,
 				`fleet_scheduler_pool_free_devices{cluster="a",device="nic",pool="h100"}`:      4,
+				`fleet_scheduler_pool_devices{cluster="a",device="h100",pool="h100"}`:          24,
+				`fleet_scheduler_pool_devices{cluster="a",device="nic",pool="h100"}`:           6,
+				`fleet_scheduler_replicas_beyond_whole_node_total{}`:                           3,
 				`fleet_scheduler_pool_accounting{cluster="a",mode="free-devices",pool="h100"}`: 1,
 				`fleet_scheduler_pool_accounting{cluster="b",mode="whole-node",pool="h100"}`:   1,
 				`fleet_scheduler_pool_accounting{cluster="c",mode="whole-node",pool="l4"}`:     1,
@@ -128,6 +132,7 @@ func TestMetrics(t *testing.T) {
 				`fleet_scheduler_replacements_total{deployment="ns/b"}`:                     0,
 				`fleet_scheduler_deployment_last_call_timestamp_seconds{deployment="ns/b"}`: float64(t0.Add(StaleAfter).Unix()),
 				`fleet_scheduler_pools_whole_node{reason="invalid"}`:                        0, `fleet_scheduler_pools_whole_node{reason="missing"}`: 0, `fleet_scheduler_pools_whole_node{reason="stale"}`: 0,
+				`fleet_scheduler_replicas_beyond_whole_node_total{}`: 0,
 			},
 		},
 	}

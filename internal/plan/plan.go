@@ -59,6 +59,11 @@ type Call struct {
 	// engine's claiming pods bind (scheduling.Options.PodNodes), for the
 	// fleet simulator.
 	PodNodes bool
+
+	// CompareWholeNode has the outcome say how many replicas whole-node
+	// accounting would have left unplaced (Outcome.BeyondWholeNode), for
+	// the server's metrics: a second pass of a call that places anew.
+	CompareWholeNode bool
 }
 
 // Kind is which way a call went.
@@ -90,6 +95,9 @@ type Outcome struct {
 	// Assumed is how many placements of other calls, not in the fleet yet,
 	// the call charged (docs/spec.md#assumed-placements).
 	Assumed int
+	// BeyondWholeNode is how many more replicas the plan composes than
+	// whole-node accounting would have (Call.CompareWholeNode).
+	BeyondWholeNode int
 }
 
 // Plan plans one call. The error is for a call that could not be planned,
@@ -116,39 +124,45 @@ func (p Planner) Plan(ctx context.Context, c Call) (Outcome, error) {
 		},
 		Now: c.Now,
 	}
-	plan, assumed, err := p.schedule(ctx, c, s)
+	plan, err := p.schedule(ctx, c, &s)
 	if invalid, ok := errors.AsType[*scheduling.InvalidSelectorError](err); ok {
-		return Outcome{Kind: InvalidSelector, Invalid: invalid, Assumed: assumed}, nil
+		return Outcome{Kind: InvalidSelector, Invalid: invalid, Assumed: len(s.Assumed)}, nil
 	}
 	if err != nil {
 		return Outcome{}, fmt.Errorf("cannot schedule replicas: %w", err)
 	}
-	return Outcome{Kind: Placed, Plan: plan, Assumed: assumed}, nil
+	out := Outcome{Kind: Placed, Plan: plan, Assumed: len(s.Assumed)}
+	if c.CompareWholeNode {
+		// Outside the ledger's critical section: it records nothing.
+		if out.BeyondWholeNode, err = scheduling.BeyondWholeNode(s, plan); err != nil { //nolint:contextcheck // As in schedule.
+			return Outcome{}, fmt.Errorf("cannot compare with whole-node accounting: %w", err)
+		}
+	}
+	return out, nil
 }
 
-// schedule runs the scheduler, and says how many assumed placements it
-// charged. Where the server keeps assumed placements
+// schedule runs the scheduler, with the assumed placements it charged
+// added to s. Where the server keeps assumed placements
 // and the call takes part, reading what other calls placed, planning and
 // recording what this one places is one critical section
 // (docs/spec.md#assumed-placements). A call whose caller has gone by the
 // time it has planned records nothing: its response will not be applied.
-func (p Planner) schedule(ctx context.Context, c Call, s scheduling.Snapshot) (*scheduling.Plan, int, error) {
+func (p Planner) schedule(ctx context.Context, c Call, s *scheduling.Snapshot) (*scheduling.Plan, error) {
 	d, clusters, ok := c.assumes()
 	if p.Ledger == nil || !ok {
-		plan, err := scheduling.Schedule(s) //nolint:contextcheck // The scheduler is pure: DRA's CEL cost limit bounds every evaluation.
-		return plan, 0, err
+		return scheduling.Schedule(*s) //nolint:contextcheck // The scheduler is pure: DRA's CEL cost limit bounds every evaluation.
 	}
 	p.Ledger.Lock()
 	defer p.Ledger.Unlock()
 	for _, r := range p.Ledger.Assumed(d, clusters, c.Shown, s.Now) {
 		s.Assumed = append(s.Assumed, scheduling.Replica{Object: r})
 	}
-	plan, err := scheduling.Schedule(s) //nolint:contextcheck // As above.
+	plan, err := scheduling.Schedule(*s) //nolint:contextcheck // As above.
 	if err != nil || ctx.Err() != nil {
-		return plan, len(s.Assumed), err
+		return plan, err
 	}
-	p.Ledger.Record(d, entries(s, plan, clusters))
-	return plan, len(s.Assumed), nil
+	p.Ledger.Record(d, entries(*s, plan, clusters))
+	return plan, nil
 }
 
 // assumes says whether the call takes part in assumed placements: only

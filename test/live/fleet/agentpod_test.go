@@ -246,19 +246,27 @@ func (w *workload) agentPodReady(t *testing.T, a *agentProcess) (bool, string) {
 // named with every label given (name{k="v",...}); 0 when it has none.
 func (a *agentProcess) metric(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+a.metrics+"/metrics", nil)
+	return metricAt(t, a.metrics, "the agent "+a.pod, name, labels...)
+}
+
+// metricAt reads a sample of who's /metrics at addr: the value of the
+// series named with every label given (name{k="v",...}, or name alone for
+// a series without labels); 0 when it has none.
+func metricAt(t *testing.T, addr, who, name string, labels ...string) float64 {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("cannot read the metrics of the agent %s: %v", a.pod, err)
+		t.Fatalf("cannot read the metrics of %s: %v", who, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
 			continue
 		}
 		series, value, _ := strings.Cut(line, " ")

@@ -60,8 +60,10 @@ type fleet struct {
 // function is a composition function the test runs and installs.
 type function struct {
 	name, bin, addr string
-	args            []string
-	proc            *harness.Process
+	// metrics is where its /metrics is served; empty when it is not.
+	metrics string
+	args    []string
+	proc    *harness.Process
 }
 
 // startFleet starts the control plane and the workload clusters, and
@@ -102,7 +104,11 @@ func startFleet(t *testing.T) *fleet {
 	// A registry on loopback; ServeRegistry names a package in it.
 	f.registry = strings.SplitN(testenv.ServeRegistry(t), "/", 2)[0]
 	bin := filepath.Join(f.artifacts, "bin", "linux_"+runtime.GOARCH)
-	f.startFunction(t, fnScheduler, filepath.Join(bin, "function"), filepath.Join(f.artifacts, "xpkg", "fleet-scheduler-"+runtime.GOARCH+".xpkg"), "--debug", "--metrics-address=")
+	// The function serves its metrics, as in production: the verify
+	// checklist reads them, and they turn on its whole-node comparison.
+	metrics := testenv.FreeLoopbackAddr(t)
+	f.startFunction(t, fnScheduler, filepath.Join(bin, "function"), filepath.Join(f.artifacts, "xpkg", "fleet-scheduler-"+runtime.GOARCH+".xpkg"), "--debug", "--metrics-address="+metrics)
+	f.functions[fnScheduler].metrics = metrics
 	f.startFunction(t, fnRelay, filepath.Join(bin, "relay"), filepath.Join(f.artifacts, "xpkg", "fleet-scheduler-relay-"+runtime.GOARCH+".xpkg"),
 		"--debug", "--metrics-address=", "--clock-offset="+relayAhead.String())
 	f.startFunction(t, fnStandin, filepath.Join(f.artifacts, "standin", "standin"), filepath.Join(f.artifacts, "standin", "standin.xpkg"))

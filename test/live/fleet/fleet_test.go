@@ -53,6 +53,7 @@ func TestLiveFleet(t *testing.T) {
 		{"reports flow: a pool's histogram reaches the InferenceCluster within seconds of a change in the workload cluster", reportsFlow},
 		{"two deployments scale at once onto one pool: every pod binds, none Pending", scaleAtOnce},
 		{"four 1-GPU replicas on one 4-GPU node: all placed, bound, counted by the next report, nothing charged twice", fourOnOne},
+		{"verify the install: each step of docs/production.md's checklist prints what it says", verifyInstall},
 		{"the agent stops: its reports age, whole-node accounting places nothing more; restarted, free devices again", agentStops},
 		{"a wrong guess: a replica kube-scheduler cannot bind stays Pending, PodsScheduled False, then re-placing moves it", wrongGuess},
 		{"steered: the same replicas on a steered pool bind where the ledger assumed, reported Steered, nothing re-placed", steeredScenario},
@@ -447,6 +448,10 @@ func scaleAtOnce(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by
 // fourOnOne: four 1-GPU replicas on alpha's pool of one 4-GPU node, which
 // whole-node accounting would give one.
 func fourOnOne(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
+	beyond := func() float64 {
+		return metricAt(t, f.functions[fnScheduler].metrics, "fleet-scheduler", "fleet_scheduler_replicas_beyond_whole_node_total")
+	}
+	saved := beyond()
 	apply(t, f.cp.c, deployment("four", "alpha", "NVIDIA L4", 4, 1))
 	rs := f.waitPlaced(t, "four", 4, "alpha", "quad", settle)
 	checkNodes(t, f.waitBound(t, "alpha", rs, settle), "quad-0", "")
@@ -474,6 +479,16 @@ func fourOnOne(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t
 	f.waitBound(t, "alpha", rs, settle)
 	f.waitPodsScheduled(t, "True", rs, settle)
 	f.waitReport(t, "alpha", "quad", map[int64]int64{0: 1}, settle)
+
+	// What the function says it saved: whole nodes would have placed one
+	// of the first four (three beyond), and none of the two placed again
+	// beside the two kept (two beyond). More if a placing response was
+	// not applied and placed again.
+	saved = beyond() - saved
+	t.Logf("fleet_scheduler_replicas_beyond_whole_node_total rose by %v", saved)
+	if saved < 5 {
+		t.Errorf("fleet_scheduler_replicas_beyond_whole_node_total rose by %v, want at least 5: 3 of the first four, 2 of the two placed again", saved)
+	}
 }
 
 // waitCounted waits until a pool's report counts the replicas: each
