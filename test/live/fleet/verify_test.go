@@ -28,7 +28,7 @@ func verifyInstall(t *testing.T, f *fleet) { //nolint:thelper // A scenario run 
 	for _, name := range []string{"alpha", "beta"} {
 		w := f.clusters[name]
 		lease := &coordinationv1.Lease{}
-		if err := w.api.c.Get(t.Context(), client.ObjectKey{Namespace: systemNamespace, Name: "cluster-agent"}, lease); err != nil {
+		if err := w.api.c.Get(t.Context(), client.ObjectKey{Namespace: agentNamespace, Name: "cluster-agent"}, lease); err != nil {
 			t.Errorf("step 2: cannot get the agent's Lease in %s: %v", name, err)
 		} else if h := lease.Spec.HolderIdentity; h == nil || w.agent == nil || *h != w.agent.pod {
 			t.Errorf("step 2: %s's Lease is held by %v, want the running agent's pod", name, h)
