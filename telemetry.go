@@ -5,6 +5,7 @@ import (
 	"iter"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -117,7 +118,8 @@ func (t *telemetry) called(s *summary, rsp *fnv1.RunFunctionResponse, err error,
 		kv = append(kv, "wholeNode", wholeNodeByReason(s.fleet.Pools), "assumed", s.outcome.Assumed)
 		if s.xr != nil {
 			rec.Deployment = s.xr.Metadata.Namespace + "/" + s.xr.Metadata.Name
-			rec.Unplaced, rec.Replaced, rec.BeyondWholeNode = n.unplaced, n.replaced, s.outcome.BeyondWholeNode
+			rec.Unplaced, rec.Replaced = n.unplaced, n.replaced
+			rec.PlacedAnew, rec.BeyondWholeNode = beyondWholeNode(s.outcome)
 			if t.metrics != nil {
 				rec.Pools, rec.Free = pools(s), free(s)
 			}
@@ -189,6 +191,23 @@ func count(s *summary, rsp *fnv1.RunFunctionResponse) counts {
 	return n
 }
 
+// beyondWholeNode names (cluster/index) the replicas the plan places
+// anew, and of them those whole-node accounting would have left unplaced:
+// the last, as the plan sorts them, as many as it composes beyond whole
+// nodes. Which ones is a convention; that the same plan names the same
+// ones is what counting each placement once needs.
+func beyondWholeNode(o plan.Outcome) (anew, beyond []string) {
+	if o.Plan == nil {
+		return nil, nil
+	}
+	for _, r := range o.Plan.Replicas {
+		if r.New {
+			anew = append(anew, r.Cluster+"/"+strconv.Itoa(r.Index))
+		}
+	}
+	return anew, anew[max(len(anew)-o.BeyondWholeNode, 0):]
+}
+
 // wholeNodeByReason counts the pools of Ready clusters on whole-node
 // accounting, by why.
 func wholeNodeByReason(reports []observation.PoolReport) map[string]int {
@@ -250,30 +269,31 @@ func poolOf(s *summary, r observation.PoolReport, c scheduling.Cluster) metrics.
 	return p
 }
 
-// deviceCounts are a usable report's free devices of each kind over all
-// its nodes, and how many the nodes it observed have (each has the count
-// its pool's entry of gpuPools gives, as the report was checked against),
-// by device name, sorted.
+// deviceCounts are, for each device of the pool that a report counts
+// (claimed through DRA; the first of a name, as the report was read), a
+// usable report's free devices over all its nodes, 0 where no bucket has
+// one free, and how many the nodes it observed have (each the count its
+// pool's entry of gpuPools gives), sorted by name.
 func deviceCounts(o *scheduling.PoolObservation, gpuPools []v1alpha1.GPUPool, pool string) []metrics.DeviceCount {
-	sums := map[string]int64{}
-	for _, b := range o.Buckets {
-		for name, n := range b.Free {
-			sums[name] += b.Nodes * n
-		}
-	}
 	var devices []v1alpha1.Device
 	if i := slices.IndexFunc(gpuPools, func(p v1alpha1.GPUPool) bool { return p.Name == pool }); i >= 0 {
 		devices = gpuPools[i].Devices
 	}
-	out := make([]metrics.DeviceCount, 0, len(sums))
-	for _, name := range slices.Sorted(maps.Keys(sums)) {
-		d := metrics.DeviceCount{Device: name, Count: sums[name]}
-		// The first device of a name is the one, as the report was read.
-		if i := slices.IndexFunc(devices, func(d v1alpha1.Device) bool { return d.Name == name }); i >= 0 && devices[i].Count != nil {
-			d.Total = o.ObservedNodes * max(*devices[i].Count, 0)
+	out := make([]metrics.DeviceCount, 0, len(devices))
+	for _, d := range devices {
+		if !d.IsDRA() || slices.ContainsFunc(out, func(c metrics.DeviceCount) bool { return c.Device == d.Name }) {
+			continue
 		}
-		out = append(out, d)
+		c := metrics.DeviceCount{Device: d.Name}
+		for _, b := range o.Buckets {
+			c.Count += b.Nodes * b.Free[d.Name]
+		}
+		if d.Count != nil {
+			c.Total = o.ObservedNodes * max(*d.Count, 0)
+		}
+		out = append(out, c)
 	}
+	slices.SortFunc(out, func(a, b metrics.DeviceCount) int { return strings.Compare(a.Device, b.Device) })
 	return out
 }
 

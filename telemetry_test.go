@@ -17,6 +17,7 @@ import (
 
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
+	"github.com/modelplaneai/fleet-scheduler/internal/metrics"
 	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
 	"github.com/modelplaneai/fleet-scheduler/observation"
@@ -237,5 +238,52 @@ func TestWarnInvalidForgets(t *testing.T) {
 	}
 	if len(tel.warned) != 2 {
 		t.Errorf("remembered %d pools, want the fleet's 2: %v", len(tel.warned), tel.warned)
+	}
+}
+
+// A usable report's device counts, as the pool metrics tell them: every
+// device a report counts, free or not.
+func TestDeviceCounts(t *testing.T) {
+	gpu := fx.GPU("gpu", 8, "80Gi")
+	pools := []v1alpha1.GPUPool{fx.Pool("h100", 4).Devices(gpu, fx.NIC(2)).Obj(), fx.Pool("h200", 2).Devices(gpu).Obj()}
+	type args struct {
+		o    *scheduling.PoolObservation
+		pool string
+	}
+	cases := map[string]struct {
+		reason string
+		args   args
+		want   []metrics.DeviceCount
+	}{
+		"Free": {
+			reason: "Free devices summed over the buckets, of all the observed nodes have: 3 nodes of 8 GPUs.",
+			args: args{o: &scheduling.PoolObservation{ObservedNodes: 3, Buckets: []scheduling.Bucket{
+				{Nodes: 2, Free: map[string]int64{"gpu": 8}}, {Nodes: 1, Free: map[string]int64{"gpu": 2}},
+			}}, pool: "h200"},
+			want: []metrics.DeviceCount{{Device: "gpu", Count: 18, Total: 24}},
+		},
+		"NoneFree": {
+			reason: "A pool whose every device is taken still says so: 0 free of 16, though no bucket lists the device.",
+			args:   args{o: &scheduling.PoolObservation{ObservedNodes: 2, Buckets: []scheduling.Bucket{{Nodes: 2, Free: map[string]int64{}}}}, pool: "h200"},
+			want:   []metrics.DeviceCount{{Device: "gpu", Count: 0, Total: 16}},
+		},
+		"OnlyCountedDevices": {
+			reason: "Only the devices a report counts, claimed through DRA: not the synthetic NIC.",
+			args:   args{o: &scheduling.PoolObservation{ObservedNodes: 1, Buckets: []scheduling.Bucket{{Nodes: 1, Free: map[string]int64{"gpu": 4}}}}, pool: "h100"},
+			want:   []metrics.DeviceCount{{Device: "gpu", Count: 4, Total: 8}},
+		},
+		"UnknownPool": {
+			reason: "A pool not in gpuPools has no devices to count.",
+			args:   args{o: &scheduling.PoolObservation{ObservedNodes: 1}, pool: "l4"},
+			want:   []metrics.DeviceCount{},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := deviceCounts(tc.args.o, pools, tc.args.pool)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("\n%s\ndeviceCounts(...): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
 	}
 }

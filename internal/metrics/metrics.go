@@ -72,9 +72,12 @@ type Call struct {
 	// Unplaced is how many wanted replicas it did not compose, and
 	// Replaced how many it re-placed.
 	Unplaced, Replaced int
-	// BeyondWholeNode is how many of the replicas it composed whole-node
-	// accounting would have left unplaced.
-	BeyondWholeNode int
+	// PlacedAnew names (cluster/index) the replicas it placed anew, and
+	// BeyondWholeNode those of them whole-node accounting would have left
+	// unplaced. Until Crossplane shows a replica composed, every call
+	// places it anew: it is counted by the first, and again only once a
+	// call no longer placed it anew.
+	PlacedAnew, BeyondWholeNode []string
 	// Pools are the pools it read, and Free what those it built a ledger
 	// of had left; no Free when it built none (it placed and re-placed
 	// nothing). Each is read once, within Record: a call yields them as it
@@ -138,6 +141,9 @@ type deployment struct {
 	unplaced     int
 	replacements int
 	at           time.Time
+	// beyond are the replicas counted beyond whole nodes that its last
+	// call placed anew.
+	beyond map[string]bool
 }
 
 type pool struct {
@@ -176,7 +182,7 @@ func New(now func() time.Time, held func(time.Time) int) *Metrics {
 		}),
 		beyond: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Name: "replicas_beyond_whole_node_total",
-			Help: "Replicas calls composed that whole-node accounting would have left unplaced (what free-device accounting saved), counted by the call that placed them.",
+			Help: "Replicas calls placed that whole-node accounting would have left unplaced (what free-device accounting saved), each placement counted once, by the first call that placed it.",
 		}),
 		unplaced: prometheus.NewDesc(ns+"_replicas_unplaced",
 			"Replicas a deployment wants that its last call on this server did not compose; 0 once placed.", []string{"deployment"}, nil),
@@ -218,13 +224,24 @@ func (m *Metrics) Record(c Call) {
 	if c.Deployment == "" {
 		return
 	}
-	m.beyond.Add(float64(max(c.BeyondWholeNode, 0)))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	d := m.deployments[c.Deployment]
 	if d == nil {
 		d = &deployment{}
 		m.deployments[c.Deployment] = d
+	}
+	// A replica this call did not place anew was composed, or dropped:
+	// placed anew later, it is another placement.
+	maps.DeleteFunc(d.beyond, func(r string, _ bool) bool { return !slices.Contains(c.PlacedAnew, r) })
+	for _, r := range c.BeyondWholeNode {
+		if !d.beyond[r] {
+			m.beyond.Inc()
+		}
+		if d.beyond == nil {
+			d.beyond = map[string]bool{}
+		}
+		d.beyond[r] = true
 	}
 	d.unplaced, d.at = c.Unplaced, c.At
 	d.replacements += c.Replaced

@@ -482,8 +482,9 @@ func fourOnOne(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t
 
 	// What the function says it saved: whole nodes would have placed one
 	// of the first four (three beyond), and none of the two placed again
-	// beside the two kept (two beyond). More if a placing response was
-	// not applied and placed again.
+	// beside the two kept (two beyond), each counted once however many
+	// calls place it before Crossplane shows it composed. More if the
+	// function dropped a replica and placed it again.
 	saved = beyond() - saved
 	t.Logf("fleet_scheduler_replicas_beyond_whole_node_total rose by %v", saved)
 	if saved < 5 {
