@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/crossplane/function-sdk-go/logging"
 
 	"github.com/modelplaneai/fleet-scheduler/internal/assume"
+	"github.com/modelplaneai/fleet-scheduler/internal/buildinfo"
 	"github.com/modelplaneai/fleet-scheduler/internal/codec"
 	"github.com/modelplaneai/fleet-scheduler/internal/fleet"
 	"github.com/modelplaneai/fleet-scheduler/internal/fnflags"
@@ -40,6 +40,8 @@ const defaultMaxConcurrentStreams = 4
 // ours (docs/spec.md#server-flags).
 type CLI struct {
 	fnflags.Template `embed:""`
+
+	Version kong.VersionFlag `help:"Print the version and exit."`
 
 	MaxRecvMessageSize int `default:"${max_recv_message_size}" help:"Maximum size of received messages in MB; the default holds a request carrying 10,000 ModelReplicas."`
 
@@ -161,18 +163,7 @@ func newFunction(log logging.Logger, objectCache bool, assumedTTL time.Duration)
 // started logs the line a server starts with: its version, its flags and
 // the limits it enforces.
 func started(log logging.Logger, c *CLI) {
-	version, revision := "(unknown)", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		version = bi.Main.Version
-		settings := map[string]string{}
-		for _, s := range bi.Settings {
-			settings[s.Key] = s.Value
-		}
-		revision = settings["vcs.revision"]
-		if settings["vcs.modified"] == "true" {
-			revision += "+modified"
-		}
-	}
+	version, revision := buildinfo.Read()
 	flags := map[string]any{
 		"debug": c.Debug, "network": c.Network, "address": c.Address, "insecure": c.Insecure,
 		"tlsServerCertsDir": c.TLSCertsDir, "metricsAddress": c.MetricsAddress,
@@ -201,6 +192,7 @@ func parser(cli *CLI, opts ...kong.Option) (*kong.Kong, error) {
 			"max_concurrent_streams": strconv.Itoa(defaultMaxConcurrentStreams),
 			"assumed_placement_ttl":  defaultAssumedPlacementTTL.String(),
 			"full_read_every":        fleet.DefaultFullEvery.String(),
+			"version":                buildinfo.Line("fleet-scheduler"),
 		},
 	}, opts...)...)
 }

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -43,6 +44,7 @@ import (
 	"github.com/modelplaneai/fleet-scheduler/internal/plan"
 	"github.com/modelplaneai/fleet-scheduler/internal/server"
 	"github.com/modelplaneai/fleet-scheduler/internal/testkit/benchfleet"
+	"github.com/modelplaneai/fleet-scheduler/internal/testkit/clitest"
 	fx "github.com/modelplaneai/fleet-scheduler/internal/testkit/fixture"
 	"github.com/modelplaneai/fleet-scheduler/internal/testkit/wiretest"
 	"github.com/modelplaneai/fleet-scheduler/scheduling"
@@ -402,6 +404,10 @@ func TestBinaryOperable(t *testing.T) {
 		t.Skip("builds the function's binary")
 	}
 	bin := buildFunction(t)
+	// The binary as built says what it is.
+	if out, err := exec.CommandContext(t.Context(), bin, "--version").CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "fleet-scheduler ") {
+		t.Errorf("%s --version: %v, printed %q; want exit 0 and a line starting fleet-scheduler", bin, err, out)
+	}
 	grpcAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	metricsAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	var logs syncBuffer
@@ -1065,4 +1071,10 @@ func describe(rsp *fnv1.RunFunctionResponse, err error) string {
 		results = append(results[:5], fmt.Sprintf("... %d results", len(results)))
 	}
 	return fmt.Sprintf("%d replicas, %d bytes, results [%s]", composedReplicas(rsp), proto.Size(rsp), strings.Join(results, "; "))
+}
+
+// TestVersionFlag: --version prints the binary's name, version and
+// revision, and exits 0.
+func TestVersionFlag(t *testing.T) {
+	clitest.Version(t, "fleet-scheduler", func(opts ...kong.Option) (*kong.Kong, error) { return parser(&CLI{}, opts...) })
 }

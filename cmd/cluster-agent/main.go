@@ -12,10 +12,14 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/modelplaneai/fleet-scheduler/internal/buildinfo"
 )
 
 // CLI is the agent's command line.
 type CLI struct {
+	Version kong.VersionFlag `help:"Print the version and exit."`
+
 	Kubeconfig       string   `help:"Kubeconfig of the cluster to observe; empty uses the in-cluster config (the pod's ServiceAccount)." type:"path"`
 	PodNamespaces    []string `default:"default"                                                                                          help:"Namespaces whose Pods the agent reads, for the ReplicaObservations there (Modelplane v0.3 runs replicas in default). An empty value (--pod-namespaces=) reads every namespace's, which needs cluster-wide read of Pods." sep:","`
 	DeviceTaintRules string   `default:"auto"                                                                                             enum:"auto,on,off"                                                                                                                                                        help:"Whether DeviceTaintRules taint the devices they select: auto when the cluster serves resource.k8s.io/v1 DeviceTaintRules."`
@@ -51,12 +55,24 @@ type CLI struct {
 	Verbosity      int    `default:"0"     help:"Log verbosity: 1 logs each status write, 4 and more client-go's requests." short:"v"`
 }
 
-func main() {
-	cli := &CLI{}
-	ctx := kong.Parse(cli,
+// parser is the command line's parser.
+func parser(cli *CLI, opts ...kong.Option) (*kong.Kong, error) {
+	return kong.New(cli, append([]kong.Option{
 		kong.Name("cluster-agent"),
 		kong.Description("Reports a cluster's GPU pools (nodes by free devices) and whether replicas' pods are bound, in the status of PoolObservations and ReplicaObservations (agent.modelplane.ai/v1alpha1), for fleet-scheduler."),
-		kong.UsageOnError())
+		kong.UsageOnError(),
+		kong.Vars{"version": buildinfo.Line("cluster-agent")},
+	}, opts...)...)
+}
+
+func main() {
+	cli := &CLI{}
+	k, err := parser(cli)
+	if err != nil {
+		panic(err) // The CLI's tags are constants.
+	}
+	ctx, err := k.Parse(os.Args[1:])
+	k.FatalIfErrorf(err)
 	if err := cli.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "cluster-agent:", err)
 		ctx.Exit(1)

@@ -9,18 +9,22 @@ package main
 
 import (
 	"errors"
+	"os"
 	"time"
 
 	"github.com/alecthomas/kong"
 
 	"github.com/crossplane/function-sdk-go"
 
+	"github.com/modelplaneai/fleet-scheduler/internal/buildinfo"
 	"github.com/modelplaneai/fleet-scheduler/internal/fnflags"
 )
 
 // CLI of the relay: the Crossplane function template's flags, then its own.
 type CLI struct {
 	fnflags.Template `embed:""`
+
+	Version kong.VersionFlag `help:"Print the version and exit."`
 
 	ClockSkewMargin time.Duration `default:"5s" help:"How far past the agent's time this clock must be before PodsScheduled turns True: at least 1s more than this clock may run ahead of Crossplane's (docs/spec.md#podsscheduled)."`
 	ClockOffset     time.Duration `default:"0s" help:"Added to this clock: for tests that skew it."                                                                                                        hidden:""`
@@ -57,7 +61,20 @@ func (c *CLI) Run() error {
 		function.WithMetricsServer(c.MetricsAddress))
 }
 
+// parser is the command line's parser.
+func parser(cli *CLI, opts ...kong.Option) (*kong.Kong, error) {
+	return kong.New(cli, append([]kong.Option{
+		kong.Description("fleet-scheduler's relay: carries the cluster agent's reports onto InferenceClusters and ModelReplicas."),
+		kong.Vars{"version": buildinfo.Line("fleet-scheduler-relay")},
+	}, opts...)...)
+}
+
 func main() {
-	ctx := kong.Parse(&CLI{}, kong.Description("fleet-scheduler's relay: carries the cluster agent's reports onto InferenceClusters and ModelReplicas."))
+	k, err := parser(&CLI{})
+	if err != nil {
+		panic(err) // The CLI's tags are constants.
+	}
+	ctx, err := k.Parse(os.Args[1:])
+	k.FatalIfErrorf(err)
 	ctx.FatalIfErrorf(ctx.Run())
 }
