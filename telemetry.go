@@ -289,7 +289,9 @@ func deviceCounts(o *scheduling.PoolObservation, gpuPools []v1alpha1.GPUPool, po
 			c.Count += b.Nodes * b.Free[d.Name]
 		}
 		if d.Count != nil {
-			c.Total = o.ObservedNodes * max(*d.Count, 0)
+			// Held at the bound every count is, as the scheduler holds it:
+			// a count of 2^62 would overflow the product.
+			c.Total = o.ObservedNodes * min(max(*d.Count, 0), scheduling.MaxCount)
 		}
 		out = append(out, c)
 	}

@@ -245,7 +245,7 @@ func TestWarnInvalidForgets(t *testing.T) {
 // device a report counts, free or not.
 func TestDeviceCounts(t *testing.T) {
 	gpu := fx.GPU("gpu", 8, "80Gi")
-	pools := []v1alpha1.GPUPool{fx.Pool("h100", 4).Devices(gpu, fx.NIC(2)).Obj(), fx.Pool("h200", 2).Devices(gpu).Obj()}
+	pools := []v1alpha1.GPUPool{fx.Pool("h100", 4).Devices(gpu, fx.NIC(2)).Obj(), fx.Pool("h200", 2).Devices(gpu).Obj(), fx.Pool("huge", 3).Devices(fx.GPU("gpu", 1<<62, "80Gi")).Obj()}
 	type args struct {
 		o    *scheduling.PoolObservation
 		pool string
@@ -271,6 +271,11 @@ func TestDeviceCounts(t *testing.T) {
 			reason: "Only the devices a report counts, claimed through DRA: not the synthetic NIC.",
 			args:   args{o: &scheduling.PoolObservation{ObservedNodes: 1, Buckets: []scheduling.Bucket{{Nodes: 1, Free: map[string]int64{"gpu": 4}}}}, pool: "h100"},
 			want:   []metrics.DeviceCount{{Device: "gpu", Count: 4, Total: 8}},
+		},
+		"HugeCount": {
+			reason: "A device count of 2^62 is held at the bound of every count, 2^20, so that the product cannot overflow.",
+			args:   args{o: &scheduling.PoolObservation{ObservedNodes: 3, Buckets: []scheduling.Bucket{{Nodes: 3}}}, pool: "huge"},
+			want:   []metrics.DeviceCount{{Device: "gpu", Total: 3 << 20}},
 		},
 		"UnknownPool": {
 			reason: "A pool not in gpuPools has no devices to count.",
