@@ -199,9 +199,8 @@ func histogramOf(devices []poolDevice, nodes []NodeFree, syncedAt time.Time) Rep
 			continue
 		}
 		key = key[:0]
-		for k, f := range n.Free {
+		for _, f := range n.Free {
 			key = strconv.AppendInt(append(key, ','), f.Count, 10)
-			summary[k].Free += f.Count
 		}
 		if i, ok := byFree[string(key)]; ok {
 			groups[i].nodes++
@@ -213,6 +212,13 @@ func histogramOf(devices []poolDevice, nodes []NodeFree, syncedAt time.Time) Rep
 		}
 		byFree[string(key)] = len(groups)
 		groups = append(groups, group{free: free, nodes: 1})
+	}
+	// Summed by group before merging, which may round a group's counts
+	// down: exact, and per group rather than per node.
+	for _, g := range groups {
+		for k := range summary {
+			summary[k].Free += g.nodes * g.free[k]
+		}
 	}
 	slices.SortFunc(groups, func(a, b group) int { return compareFree(a.free, b.free) })
 	groups = merge(groups, poolreport.MaxBuckets)
