@@ -50,11 +50,16 @@ type controlPlane struct {
 	recorder *recorder
 	// crossplane is Crossplane core's process.
 	crossplane *harness.Process
+	// registry is the host of the package registry served on loopback.
+	registry string
+	// ca and server are the function's CA and server certificate: every
+	// Function the test installs is served by the one function process.
+	ca, server pki.KeyPair
 }
 
 // startControlPlane starts everything the live test needs and stops it when
-// the test ends.
-func startControlPlane(t *testing.T) *controlPlane {
+// the test ends. crossplaneArgs go to `crossplane core start` too.
+func startControlPlane(t *testing.T, crossplaneArgs ...string) *controlPlane {
 	t.Helper()
 	suite.Skip(t)
 	cp := &controlPlane{root: testenv.RepoRoot(t), logs: suite.Logs()}
@@ -82,14 +87,17 @@ func startControlPlane(t *testing.T) *controlPlane {
 	pki.WriteCertsDir(t, filepath.Join(certs, "crossplane"), pki.Client(t, ca, "crossplane"), ca)
 	server := pki.LoopbackServer(t, ca, functionName)
 	pki.WriteCertsDir(t, filepath.Join(certs, "function"), server, ca)
+	cp.ca, cp.server = ca, server
 
-	cp.startCrossplane(t, kubeconfig, filepath.Join(certs, "crossplane"))
+	cp.startCrossplane(t, kubeconfig, filepath.Join(certs, "crossplane"), crossplaneArgs...)
 	cp.functionBin = filepath.Join(os.Getenv(envArtifacts), "bin", "linux_"+runtime.GOARCH, "function")
 	cp.functionAddr = testenv.FreeLoopbackAddr(t)
 	cp.functionArgs = []string{"--debug", "--address=" + cp.functionAddr, "--tls-server-certs-dir=" + filepath.Join(certs, "function"), "--metrics-address=127.0.0.1:0"}
 	cp.startFunction(t)
 	cp.recorder = startRecorder(t, ca, server, cp.functionAddr)
-	cp.installFunction(t, cp.pushPackage(t), server, ca)
+	// A registry on loopback; ServeRegistry names a package in it.
+	cp.registry = strings.SplitN(testenv.ServeRegistry(t), "/", 2)[0]
+	cp.installFunction(t, functionName, cp.pushPackage(t, functionName+":v0.1.0", filepath.Join(os.Getenv(envArtifacts), "xpkg", "fleet-scheduler-"+runtime.GOARCH+".xpkg")))
 	return cp
 }
 
@@ -186,7 +194,7 @@ func (cp *controlPlane) dumpObjects(t *testing.T) {
 // CRDs, then `crossplane core start` with the External runtime for Functions
 // (nothing runs their Deployments: this test runs the function itself) and
 // no webhooks (nothing could call them: there is no Service network).
-func (cp *controlPlane) startCrossplane(t *testing.T, kubeconfig, clientCerts string) {
+func (cp *controlPlane) startCrossplane(t *testing.T, kubeconfig, clientCerts string, args ...string) {
 	t.Helper()
 	bin := filepath.Join(cp.root, "bin", "control-plane", "crossplane")
 	env := []string{"KUBECONFIG=" + kubeconfig, "POD_NAMESPACE=" + crossplaneNamespace}
@@ -217,13 +225,14 @@ func (cp *controlPlane) startCrossplane(t *testing.T, kubeconfig, clientCerts st
 	// Crossplane listens on :<port> (every interface) for metrics and health:
 	// in this test's network namespace that is loopback only.
 	metricsPort := port(t)
-	p := harness.StartProcess(t, cp.logs, "crossplane", bin, env, "--debug", "core", "start",
+	args = append([]string{
+		"--debug", "core", "start",
 		"--package-runtime=Function=External",
 		"--enable-webhooks=false",
-		"--tls-client-certs-dir="+clientCerts,
-		"--xpkg-cache-dir="+cache,
-		"--metrics-port="+metricsPort,
-		"--health-probe-port="+port(t),
+		"--tls-client-certs-dir=" + clientCerts,
+		"--xpkg-cache-dir=" + cache,
+		"--metrics-port=" + metricsPort,
+		"--health-probe-port=" + port(t),
 		// Crossplane v2.4 watches an XR's required resources too (on with
 		// realtime compositions, the default): every write to an
 		// InferenceCluster or to any ModelReplica of the fleet the
@@ -233,8 +242,9 @@ func (cp *controlPlane) startCrossplane(t *testing.T, kubeconfig, clientCerts st
 		// open, it drops the XR's own changes too for its 5-minute
 		// cooldown, but for a probe every 30 s. Raised as the live fleet
 		// raises it.
-		"--circuit-breaker-burst="+circuitBreakerBurst,
-	)
+		"--circuit-breaker-burst=" + circuitBreakerBurst,
+	}, args...)
+	p := harness.StartProcess(t, cp.logs, "crossplane", bin, env, args...)
 	p.Running(t)
 	cp.crossplane = p
 }
@@ -253,33 +263,33 @@ func (cp *controlPlane) stopFunction(t *testing.T) {
 	cp.function.Stop(t)
 }
 
-// pushPackage pushes the package ./hack/build-xpkg.sh built to a registry
-// served on loopback, in this process, and returns the package's reference.
-func (cp *controlPlane) pushPackage(t *testing.T) string {
+// pushPackage pushes a package file as repository (with its tag) to the
+// registry served on loopback, in this process, and returns the package's
+// reference.
+func (cp *controlPlane) pushPackage(t *testing.T, repository, file string) string {
 	t.Helper()
-	ref := testenv.ServeRegistry(t)
-	testenv.PushPackage(t, filepath.Join(cp.root, "bin", "crossplane"), ref,
-		filepath.Join(os.Getenv(envArtifacts), "xpkg", "fleet-scheduler-"+runtime.GOARCH+".xpkg"))
+	ref := cp.registry + "/" + repository
+	testenv.PushPackage(t, filepath.Join(cp.root, "bin", "crossplane"), ref, file)
 	return ref
 }
 
-// installFunction installs the function's package, as a platform team does,
-// then does what Crossplane's Deployment runtime would for its revision, which
+// installFunction installs the Function name from the package ref, as a
+// platform team does, then does what Crossplane's Deployment runtime would for its revision, which
 // with the External runtime is left to whoever runs the function: it stores
 // the function's server certificate in the Secret the revision names and sets
 // the revision's status.tlsServerSecretName (until then Crossplane does not
 // establish the package's objects) and status.endpoint (which Crossplane
 // dials, crossplane#5444, #6566): the recorder, which passes every call on
-// to the function.
-func (cp *controlPlane) installFunction(t *testing.T, ref string, server, ca pki.KeyPair) {
+// to the test's one function process, whichever Function it is called as.
+func (cp *controlPlane) installFunction(t *testing.T, name, ref string) {
 	t.Helper()
-	fn := harness.Object("pkg.crossplane.io/v1", "Function", "", functionName)
+	fn := harness.Object("pkg.crossplane.io/v1", "Function", "", name)
 	fn.Object["spec"] = map[string]any{"package": ref}
 	cp.apply(t, fn)
 
 	var rev *unstructured.Unstructured
-	eventually(t, 3*time.Minute, "a FunctionRevision of "+functionName, func() error {
-		revs := harness.List(t, cp.kube, "pkg.crossplane.io/v1", "FunctionRevision", client.MatchingLabels{"pkg.crossplane.io/package": functionName})
+	eventually(t, 3*time.Minute, "a FunctionRevision of "+name, func() error {
+		revs := harness.List(t, cp.kube, "pkg.crossplane.io/v1", "FunctionRevision", client.MatchingLabels{"pkg.crossplane.io/package": name})
 		if len(revs) != 1 {
 			return fmt.Errorf("%d revisions", len(revs))
 		}
@@ -287,10 +297,10 @@ func (cp *controlPlane) installFunction(t *testing.T, ref string, server, ca pki
 		return nil
 	})
 	// The name the Deployment runtime gives it.
-	secretName := functionName + "-tls-server"
+	secretName := name + "-tls-server"
 	secret := harness.Object("v1", "Secret", crossplaneNamespace, secretName)
 	secret.Object["type"] = "kubernetes.io/tls"
-	secret.Object["stringData"] = map[string]any{"tls.crt": string(server.CertPEM), "tls.key": string(server.KeyPEM), "ca.crt": string(ca.CertPEM)}
+	secret.Object["stringData"] = map[string]any{"tls.crt": string(cp.server.CertPEM), "tls.key": string(cp.server.KeyPEM), "ca.crt": string(cp.ca.CertPEM)}
 	cp.apply(t, secret)
 
 	// Server-side applied, as its own field manager: the conditions are a
@@ -308,8 +318,8 @@ func (cp *controlPlane) installFunction(t *testing.T, ref string, server, ca pki
 	eventually(t, time.Minute, "the revision's status set as its runtime's", func() error {
 		return cp.kube.Status().Apply(t.Context(), client.ApplyConfigurationFromUnstructured(s), client.FieldOwner("fleet-scheduler-live-runtime"), client.ForceOwnership)
 	})
-	eventually(t, 3*time.Minute, "Function "+functionName+" Installed and Healthy", func() error {
-		got := harness.Get(t, cp.kube, "pkg.crossplane.io/v1", "Function", "", functionName)
+	eventually(t, 3*time.Minute, "Function "+name+" Installed and Healthy", func() error {
+		got := harness.Get(t, cp.kube, "pkg.crossplane.io/v1", "Function", "", name)
 		for _, c := range []string{"Installed", "Healthy"} {
 			if s := conditionStatus(got, c); s != "True" {
 				return fmt.Errorf("%s is %q: %s", c, s, conditionMessage(got, c))

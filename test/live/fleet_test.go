@@ -179,6 +179,16 @@ func withoutPlacementLabels(r replica) replica {
 	return r
 }
 
+// wholeNodePlacements are the replicas whole nodes place of the example's
+// four, with v0.3's InferenceCluster XRD (no placement labels).
+func wholeNodePlacements() []replica {
+	return []replica{
+		withoutPlacementLabels(placed("eks-us-east", 0)),
+		withoutPlacementLabels(placed("gke-us-central", 0)),
+		withoutPlacementLabels(placed("gke-us-central", 1)),
+	}
+}
+
 // viewReplica returns what the test checks of a ModelReplica read back. Of
 // the labels, it leaves out Crossplane's own (crossplane.io/...).
 func viewReplica(u unstructured.Unstructured) replica {

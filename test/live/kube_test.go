@@ -121,17 +121,24 @@ func (cp *controlPlane) installXRDs(t *testing.T, files ...string) {
 func (cp *controlPlane) waitSchemaHas(t *testing.T, crd, field string) {
 	t.Helper()
 	eventually(t, 2*time.Minute, "CRD "+crd+" has "+field, func() error {
-		got := harness.Get(t, cp.kube, "apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)
-		if got == nil {
-			return errors.New("no such CRD")
+		has, err := cp.schemaHas(t, crd, field)
+		if err == nil && !has {
+			err = errors.New("not in its schema yet")
 		}
-		b, err := json.Marshal(got.Object["spec"])
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(string(b), strconv.Quote(field)+":") {
-			return errors.New("not in its schema yet")
-		}
-		return nil
+		return err
 	})
+}
+
+// schemaHas says whether a CRD's spec names a field.
+func (cp *controlPlane) schemaHas(t *testing.T, crd, field string) (bool, error) {
+	t.Helper()
+	got := harness.Get(t, cp.kube, "apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)
+	if got == nil {
+		return false, errors.New("no such CRD")
+	}
+	b, err := json.Marshal(got.Object["spec"])
+	if err != nil {
+		return false, err
+	}
+	return strings.Contains(string(b), strconv.Quote(field)+":"), nil
 }

@@ -65,6 +65,9 @@ func build(root, artifacts, logs string) (string, error) {
 		{name: "build-xpkg", script: "./hack/build-xpkg.sh", env: []string{
 			"ARCHS=" + runtime.GOARCH, "OUTPUT_DIR=" + artifacts, "CROSSPLANE=" + filepath.Join(root, "bin", "crossplane"),
 		}},
+		// What ./hack/release.sh builds besides, while the module proxy can
+		// be reached: the tests run it where only loopback exists.
+		{name: "build-release-tools", script: "./hack/build-release-tools.sh"},
 	}
 	for _, s := range steps {
 		started := time.Now()

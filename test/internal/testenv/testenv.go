@@ -171,3 +171,45 @@ func tail(b []byte) []byte {
 	}
 	return b
 }
+
+// ModelplaneStandIn lays out a stand-in for the source of Modelplane
+// v0.3.1's Configuration package (test/testdata/modelplane-v0.3.1/
+// crossplane.yaml says what it is and is not) in a new directory, as
+// v0.3.1's tree has it: crossplane.yaml, and apis/<kind>/definition.yaml
+// and composition.yaml for each kind fleet-scheduler reads and writes. It
+// returns the directory, a package root for `crossplane xpkg build`, whose
+// apis/ is what ./hack/build-modelplane-configuration.sh rebuilds.
+func ModelplaneStandIn(t *testing.T) string {
+	t.Helper()
+	root := RepoRoot(t)
+	dir := t.TempDir()
+	xrds := filepath.Join(root, "test", "schemas", "xrds") // v0.3.1's, as shared/reference has them
+	standIn := filepath.Join(root, "test", "testdata", "modelplane-v0.3.1")
+	definitions := map[string]string{
+		"modeldeployments":  filepath.Join(xrds, "modeldeployments.yaml"),
+		"modelreplicas":     filepath.Join(xrds, "modelreplicas.yaml"),
+		"modelcaches":       filepath.Join(xrds, "modelcaches.yaml"),
+		"inferenceclusters": filepath.Join(xrds, "inferenceclusters.yaml"),
+		"modelendpoints":    filepath.Join(root, "test", "live", "testdata", "modelendpoints.yaml"),
+	}
+	for kind, definition := range definitions {
+		copyFile(t, definition, filepath.Join(dir, "apis", kind, "definition.yaml"))
+		copyFile(t, filepath.Join(standIn, kind+"-composition.yaml"), filepath.Join(dir, "apis", kind, "composition.yaml"))
+	}
+	copyFile(t, filepath.Join(standIn, "crossplane.yaml"), filepath.Join(dir, "crossplane.yaml"))
+	return dir
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

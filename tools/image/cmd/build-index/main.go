@@ -87,22 +87,29 @@ func pushIndex(from, push string) error {
 	if err != nil {
 		return fmt.Errorf("cannot read OCI image layout %s: %w", from, err)
 	}
-	outer, err := p.ImageIndex()
+	// layout.Write (build-index --output) writes the multi-platform index
+	// as the layout's own index.json; a layout written otherwise may hold
+	// it as its one manifest instead.
+	idx, err := p.ImageIndex()
 	if err != nil {
 		return fmt.Errorf("cannot read the index of %s: %w", from, err)
 	}
-	// layout.Write puts the multi-platform index inside the layout's
-	// own index.json: push the inner one.
-	m, err := outer.IndexManifest()
+	m, err := idx.IndexManifest()
 	if err != nil {
 		return fmt.Errorf("cannot read the index manifest of %s: %w", from, err)
 	}
-	if len(m.Manifests) != 1 {
-		return fmt.Errorf("%s holds %d manifests, not one image index", from, len(m.Manifests))
+	if len(m.Manifests) == 1 && m.Manifests[0].MediaType.IsIndex() {
+		if idx, err = idx.ImageIndex(m.Manifests[0].Digest); err != nil {
+			return fmt.Errorf("cannot read the image index of %s: %w", from, err)
+		}
+		if m, err = idx.IndexManifest(); err != nil {
+			return fmt.Errorf("cannot read the index manifest of %s: %w", from, err)
+		}
 	}
-	idx, err := outer.ImageIndex(m.Manifests[0].Digest)
-	if err != nil {
-		return fmt.Errorf("cannot read the image index of %s: %w", from, err)
+	for _, d := range m.Manifests {
+		if d.Platform == nil || !d.MediaType.IsImage() {
+			return fmt.Errorf("%s is not a multi-platform image: %s (%s) has no platform", from, d.Digest, d.MediaType)
+		}
 	}
 	ref, err := name.ParseReference(push)
 	if err != nil {
