@@ -34,6 +34,12 @@
 # Environment:
 #   MODELPLANE_APIS  Modelplane's apis/ directory at the release you run
 #                    (required)
+#   INPUT            a file holding fleet-scheduler's step input, a
+#                    scheduler.fn.modelplane.ai/v1beta1 Input (optional; the
+#                    defaults otherwise). The relay's step in the ModelReplica
+#                    Composition gets the same, so that both read one
+#                    observationMaxAge. A Composition edited after install is
+#                    put back by the package manager: set it here.
 #   CROSSPLANE       crossplane CLI (default bin/crossplane, built if absent)
 set -euo pipefail
 
@@ -56,6 +62,12 @@ case "$version" in v[0-9]*) ;; *)
 	exit 2
 	;;
 esac
+if [ -n "${INPUT:-}" ]; then
+	if [ ! -f "$INPUT" ] || ! grep -q '^apiVersion: scheduler.fn.modelplane.ai/v1beta1$' "$INPUT" || ! grep -q '^kind: Input$' "$INPUT"; then
+		echo "$0: INPUT $INPUT is not a file holding a scheduler.fn.modelplane.ai/v1beta1 Input" >&2
+		exit 2
+	fi
+fi
 crossplane=${CROSSPLANE:-$root/bin/crossplane}
 if [ ! -x "$crossplane" ]; then
 	"$root/hack/build-crossplane.sh"
@@ -101,9 +113,27 @@ rename() {
 	sed -e "s|^\([[:space:]]*name:\) fleet-scheduler-relay\$|\1 $relay|" \
 		-e "s|^\([[:space:]]*name:\) fleet-scheduler\$|\1 $scheduler|" "$1" >"$2"
 }
-rename "$root/example/composition.yaml" "$pkg/apis/modeldeployments/composition.yaml"
+# with_input writes a Composition whose last step's input is the file's
+# last block ("    input:" and the lines below it) with that input
+# replaced by INPUT's, if set.
+with_input() {
+	if [ -z "${INPUT:-}" ]; then
+		cat "$1"
+		return
+	fi
+	if ! grep -q '^    input:$' "$1" || sed '1,/^    input:$/d' "$1" | grep -q -v -E '^(      |$)'; then
+		echo "$0: $1 does not end with its last step's input" >&2
+		return 1
+	fi
+	sed '/^    input:$/q' "$1"
+	sed -e '/^#/d' -e '/^---$/d' -e 's/^/      /' "$INPUT"
+}
+with_input "$root/example/composition.yaml" >"$pkg/modeldeployments.yaml"
+with_input "$root/deploy/relay/modelreplicas-composition.yaml" >"$pkg/modelreplicas.yaml"
+rename "$pkg/modeldeployments.yaml" "$pkg/apis/modeldeployments/composition.yaml"
 rename "$root/deploy/relay/inferenceclusters-composition.yaml" "$pkg/apis/inferenceclusters/composition.yaml"
-rename "$root/deploy/relay/modelreplicas-composition.yaml" "$pkg/apis/modelreplicas/composition.yaml"
+rename "$pkg/modelreplicas.yaml" "$pkg/apis/modelreplicas/composition.yaml"
+rm "$pkg/modeldeployments.yaml" "$pkg/modelreplicas.yaml"
 for f in modeldeployments inferenceclusters modelreplicas; do
 	if ! grep -q "name: \($scheduler\|$relay\)\$" "$pkg/apis/$f/composition.yaml"; then
 		echo "$0: the $f Composition names neither $scheduler nor $relay after renaming" >&2

@@ -22,6 +22,8 @@
 # Environment:
 #   MODELPLANE_APIS     Modelplane's apis/ directory at MODELPLANE_VERSION (required)
 #   MODELPLANE_VERSION  the Modelplane release it is rebuilt from (default v0.3.1)
+#   INPUT               fleet-scheduler's step input in the rebuilt
+#                       Configuration (see build-modelplane-configuration.sh)
 #   ARCHS               architectures to build (default "amd64 arm64")
 #   OUTPUT_DIR          output directory (default _output)
 #   CROSSPLANE          crossplane CLI (default bin/crossplane, built if absent)

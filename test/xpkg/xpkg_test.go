@@ -42,6 +42,16 @@ const (
 
 var elfMachines = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
 
+// releaseInput is the function's input TestRelease builds into the rebuilt
+// Configuration: not the defaults.
+const releaseInput = `# The fleet's own.
+apiVersion: scheduler.fn.modelplane.ai/v1beta1
+kind: Input
+assumedBinding: LeastFree
+replaceUnscheduledAfter: 1m
+observationMaxAge: 4m
+`
+
 // TestRelease runs ./hack/release.sh, the one command that builds and
 // pushes every artefact of a release, against a registry on loopback, and
 // pulls each back as Crossplane, the kubelet and Helm would.
@@ -50,8 +60,12 @@ func TestRelease(t *testing.T) {
 	root := testenv.RepoRoot(t)
 	out := t.TempDir()
 	registry := strings.SplitN(testenv.ServeRegistry(t), "/", 2)[0] + "/acme"
+	input := filepath.Join(t.TempDir(), "input.yaml")
+	if err := os.WriteFile(input, []byte(releaseInput), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	env := []string{
-		"OUTPUT_DIR=" + out, "CROSSPLANE=" + cli,
+		"OUTPUT_DIR=" + out, "CROSSPLANE=" + cli, "INPUT=" + input,
 		"MODELPLANE_APIS=" + filepath.Join(testenv.ModelplaneStandIn(t), "apis"),
 		// No credentials of this machine's leak in.
 		"DOCKER_CONFIG=" + t.TempDir(), "HELM_REGISTRY_CONFIG=" + filepath.Join(t.TempDir(), "config.json"),
@@ -440,7 +454,10 @@ func checkConfiguration(t *testing.T, ref, registry string) {
 	t.Helper()
 	img := pullImage(t, ref)
 	stream, _ := splitLayers(t, img)
-	var deps, xrdFields, calls []string
+	var (
+		deps, xrdFields, calls []string
+		inputs                 = map[string]any{}
+	)
 	for _, obj := range decodeYAML(t, "package stream", stream) {
 		switch fmt.Sprintf("%v/%v", obj["kind"], dig(obj, "metadata", "name")) {
 		case "Configuration/modelplane":
@@ -464,8 +481,25 @@ func checkConfiguration(t *testing.T, ref, registry string) {
 			for _, s := range steps {
 				m, _ := s.(map[string]any)
 				calls = append(calls, fmt.Sprint(dig(m, "functionRef", "name")))
+				inputs["ModelDeployment"] = m["input"]
+			}
+		case "Composition/modelreplicas.modelplane.ai":
+			steps, _ := dig(obj, "spec", "pipeline").([]any)
+			for _, s := range steps {
+				m, _ := s.(map[string]any)
+				if dig(m, "functionRef", "name") == "acme-fleet-scheduler-relay" {
+					inputs["ModelReplica"] = m["input"]
+				}
 			}
 		}
+	}
+	// INPUT, in both Compositions' steps.
+	var input map[string]any
+	if err := yaml.Unmarshal([]byte(releaseInput), &input); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]any{"ModelDeployment": input, "ModelReplica": input}, inputs); diff != "" {
+		t.Errorf("the rebuilt Compositions' inputs: -want, +got:\n%s", diff)
 	}
 	want := map[string][]string{
 		"dependsOn": {registry + "/fleet-scheduler v0.1.0", registry + "/fleet-scheduler-relay v0.1.0", "xpkg.upbound.io/upbound/provider-kubernetes v1.3.0"},
