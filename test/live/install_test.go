@@ -12,10 +12,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/modelplaneai/fleet-scheduler/test/internal/testenv"
 	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
 )
 
@@ -56,7 +53,7 @@ func TestInstallOverModelplanesConfiguration(t *testing.T) {
 	fnPackage := filepath.Join(os.Getenv(envArtifacts), "xpkg", "fleet-scheduler-"+runtime.GOARCH+".xpkg")
 	cp.installFunction(t, v03Function, cp.pushPackage(t, "modelplane/modelplane_compose-model-deployment:v0.3.1", fnPackage))
 
-	apis, standIn := cp.buildModelplaneStandIn(t)
+	apis, standIn := harness.BuildModelplaneStandIn(t, filepath.Join(cp.root, "bin", "crossplane"))
 	v031 := cp.pushPackage(t, "modelplane/modelplane:v0.3.1", standIn)
 	// Every artefact of a release, pushed under <registry>/modelplane as
 	// docs/production.md#release says; installed from there below. The
@@ -64,7 +61,8 @@ func TestInstallOverModelplanesConfiguration(t *testing.T) {
 	// the package manager gives such dependencies:
 	// modelplane-fleet-scheduler and modelplane-fleet-scheduler-relay.
 	// Installed by hand here, since this test skips dependency resolution.
-	t.Logf("%s", cp.release(t, cp.registry+"/modelplane", apis))
+	_, log := harness.Release(t, cp.root, cp.registry+"/modelplane", apis, "")
+	t.Logf("%s", log)
 	rebuild := cp.registry + "/modelplane/modelplane:v0.3.1-fleet-scheduler-v0.1.0"
 	cp.installFunction(t, "modelplane-fleet-scheduler", cp.registry+"/modelplane/fleet-scheduler:v0.1.0")
 
@@ -73,7 +71,7 @@ func TestInstallOverModelplanesConfiguration(t *testing.T) {
 	c := harness.Object("pkg.crossplane.io/v1", "Configuration", "", configuration)
 	c.Object["spec"] = map[string]any{"package": v031, "skipDependencyResolution": true}
 	cp.apply(t, c)
-	cp.waitConfiguration(t, v031)
+	harness.WaitConfiguration(t, cp.kube, configuration, v031)
 	fl := cp.applyFleet(t)
 	cp.apply(t, harness.ReadObjects(t, filepath.Join(cp.root, "example", "xr.yaml"))[0])
 	xrd := "inferenceclusters.modelplane.ai"
@@ -117,8 +115,8 @@ func TestInstallOverModelplanesConfiguration(t *testing.T) {
 		// Paused until every report reads back, as in
 		// TestModelDeploymentOnALiveControlPlane: one reconcile on all of them.
 		cp.setPaused(t, true)
-		cp.setConfigurationPackage(t, rebuild)
-		cp.waitConfiguration(t, rebuild)
+		harness.SetConfigurationPackage(t, cp.kube, configuration, rebuild)
+		harness.WaitConfiguration(t, cp.kube, configuration, rebuild)
 		cp.waitSchemaHas(t, xrd, "observedAt")
 		cp.waitReportsKept(t, fl)
 		cp.setPaused(t, false)
@@ -136,7 +134,7 @@ func TestInstallOverModelplanesConfiguration(t *testing.T) {
 		// twice since the Lock changed.
 		time.Sleep(syncInterval*5/2 + ttlJitter)
 		cp.waitSchemaHas(t, xrd, "observedAt")
-		if got := cp.compositionFunctions(t, "modeldeployments.modelplane.ai"); !slices.Equal(got, []string{"modelplane-fleet-scheduler"}) {
+		if got := harness.CompositionFunctions(t, cp.kube, "modeldeployments.modelplane.ai"); !slices.Equal(got, []string{"modelplane-fleet-scheduler"}) {
 			t.Errorf("after a Lock change and resyncs, the ModelDeployment Composition calls %v, want [modelplane-fleet-scheduler]", got)
 		}
 		cp.waitReplicas(t, converge, want...)
@@ -147,11 +145,11 @@ func TestInstallOverModelplanesConfiguration(t *testing.T) {
 		return
 	}
 	t.Run("rolled back to v0.3.1's package: every replica stays, a new one is placed by whole nodes, nothing is deleted", func(t *testing.T) {
-		cp.setConfigurationPackage(t, v031)
-		cp.waitConfiguration(t, v031)
+		harness.SetConfigurationPackage(t, cp.kube, configuration, v031)
+		harness.WaitConfiguration(t, cp.kube, configuration, v031)
 		cp.waitSchemaLacks(t, xrd, "observedAt", converge)
 		eventually(t, converge, "the ModelDeployment Composition calling v0.3.1's function", func() error {
-			if got := cp.compositionFunctions(t, "modeldeployments.modelplane.ai"); !slices.Equal(got, []string{v03Function}) {
+			if got := harness.CompositionFunctions(t, cp.kube, "modeldeployments.modelplane.ai"); !slices.Equal(got, []string{v03Function}) {
 				return fmt.Errorf("it calls %v", got)
 			}
 			return nil
@@ -175,92 +173,10 @@ func TestInstallOverModelplanesConfiguration(t *testing.T) {
 	})
 }
 
-// buildModelplaneStandIn builds the stand-in for Modelplane v0.3.1's
-// package (testenv.ModelplaneStandIn) and returns its apis/ directory and
-// the package file.
-func (cp *controlPlane) buildModelplaneStandIn(t *testing.T) (apis, pkg string) {
-	t.Helper()
-	root := testenv.ModelplaneStandIn(t)
-	pkg = filepath.Join(t.TempDir(), "modelplane-v0.3.1.xpkg")
-	if out, err := testenv.Run(t.Context(), cp.root, nil, filepath.Join(cp.root, "bin", "crossplane"),
-		"xpkg", "build", "--package-root="+root, "--examples-root="+filepath.Join(root, "examples"), "-o", pkg); err != nil {
-		t.Fatalf("cannot build the stand-in for Modelplane v0.3.1's package: %v\n%s", err, out)
-	}
-	return filepath.Join(root, "apis"), pkg
-}
-
-// release runs ./hack/release.sh for this machine's architecture, pushing
-// every artefact under registry, with Modelplane's apis/ from apis, and
-// returns what it printed.
-func (cp *controlPlane) release(t *testing.T, registry, apis string) string {
-	t.Helper()
-	env := []string{
-		"MODELPLANE_APIS=" + apis, "CROSSPLANE=" + filepath.Join(cp.root, "bin", "crossplane"),
-		"ARCHS=" + runtime.GOARCH, "OUTPUT_DIR=" + t.TempDir(), "DOCKER_CONFIG=" + t.TempDir(),
-		"HELM_REGISTRY_CONFIG=" + filepath.Join(t.TempDir(), "config.json"),
-	}
-	out, err := testenv.Run(t.Context(), cp.root, env, "./hack/release.sh", registry, "v0.1.0")
-	if err != nil {
-		t.Fatalf("./hack/release.sh: %v\n%s", err, out)
-	}
-	return out
-}
-
-// setConfigurationPackage points the Configuration at another package, as
-// `kubectl patch configuration modelplane` does.
-func (cp *controlPlane) setConfigurationPackage(t *testing.T, ref string) {
-	t.Helper()
-	c := harness.Object("pkg.crossplane.io/v1", "Configuration", "", configuration)
-	patch := fmt.Appendf(nil, `{"spec":{"package":%q}}`, ref)
-	if err := cp.kube.Patch(t.Context(), c, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		t.Fatalf("cannot point Configuration %s at %s: %v", configuration, ref, err)
-	}
-}
-
-// waitConfiguration waits until the Configuration's active revision is of
-// ref, and it is Installed and Healthy.
-func (cp *controlPlane) waitConfiguration(t *testing.T, ref string) {
-	t.Helper()
-	eventually(t, 3*time.Minute, "Configuration "+configuration+" Installed and Healthy from "+ref, func() error {
-		c := harness.Get(t, cp.kube, "pkg.crossplane.io/v1", "Configuration", "", configuration)
-		if id, _, _ := unstructured.NestedString(c.Object, "status", "currentIdentifier"); id != ref {
-			return fmt.Errorf("its current package is %q", id)
-		}
-		for _, typ := range []string{"Installed", "Healthy"} {
-			if s := conditionStatus(c, typ); s != "True" {
-				return fmt.Errorf("%s is %q: %s", typ, s, conditionMessage(c, typ))
-			}
-		}
-		for _, r := range harness.List(t, cp.kube, "pkg.crossplane.io/v1", "ConfigurationRevision", client.MatchingLabels{"pkg.crossplane.io/package": configuration}) {
-			image, _, _ := unstructured.NestedString(r.Object, "spec", "image")
-			state, _, _ := unstructured.NestedString(r.Object, "spec", "desiredState")
-			if (image == ref) != (state == "Active") {
-				return fmt.Errorf("revision %s of %s is %s", r.GetName(), image, state)
-			}
-		}
-		return nil
-	})
-}
-
 // lockVersion returns the resourceVersion of Crossplane's package Lock.
 func (cp *controlPlane) lockVersion(t *testing.T) string {
 	t.Helper()
 	return harness.Get(t, cp.kube, "pkg.crossplane.io/v1beta1", "Lock", "", "lock").GetResourceVersion()
-}
-
-// compositionFunctions returns the Functions a Composition's pipeline calls,
-// in order.
-func (cp *controlPlane) compositionFunctions(t *testing.T, name string) []string {
-	t.Helper()
-	c := harness.Get(t, cp.kube, "apiextensions.crossplane.io/v1", "Composition", "", name)
-	steps, _, _ := unstructured.NestedSlice(c.Object, "spec", "pipeline")
-	var fns []string
-	for _, s := range steps {
-		step, _ := s.(map[string]any)
-		name, _, _ := unstructured.NestedString(step, "functionRef", "name")
-		fns = append(fns, name)
-	}
-	return fns
 }
 
 // modelplaneUIDs returns the uid of every CRD of a modelplane.ai group and

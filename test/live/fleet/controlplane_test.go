@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,10 +27,21 @@ const (
 	systemNamespace     = "modelplane-system"
 	objectAPIVersion    = "kubernetes.m.crossplane.io/v1alpha1"
 
-	// The Functions the Compositions reference.
-	fnScheduler = "fleet-scheduler"
-	fnRelay     = "fleet-scheduler-relay"
-	fnStandin   = "modelplane-standin"
+	// The Functions the Compositions reference: this project's, as the
+	// package manager names them when installed from <registry>/<name>
+	// (./hack/release.sh pushes them there), and Modelplane v0.3.1's, as it
+	// names v0.3.1's dependencies; the stand-in serves its
+	// compose-inference-cluster and compose-model-replica, and
+	// fleet-scheduler its compose-model-deployment (docs/live-fleet.md).
+	fnScheduler      = "fleet-scheduler"
+	fnRelay          = "fleet-scheduler-relay"
+	fnV03Cluster     = "modelplane-modelplanecompose-inference-cluster"
+	fnV03Replica     = "modelplane-modelplanecompose-model-replica"
+	fnV03Deployment  = "modelplane-modelplanecompose-model-deployment"
+	configuration    = "modelplane" // the Configuration Modelplane's guide creates
+	v031Package      = "modelplane/modelplane:v0.3.1"
+	rebuiltPackage   = "modelplane:v0.3.1-fleet-scheduler-v0.1.0"
+	releaseOutputDir = "release"
 
 	// relayAhead is how far the relay's clock runs ahead of Crossplane's
 	// in the test: within the margin less a second, so PodsScheduled is
@@ -64,6 +77,7 @@ type function struct {
 	metrics string
 	args    []string
 	proc    *harness.Process
+	server  pki.KeyPair
 }
 
 // startFleet starts the control plane and the workload clusters, and
@@ -103,16 +117,33 @@ func startFleet(t *testing.T) *fleet {
 	f.startProvider(t, kubeconfig)
 	// A registry on loopback; ServeRegistry names a package in it.
 	f.registry = strings.SplitN(testenv.ServeRegistry(t), "/", 2)[0]
-	bin := filepath.Join(f.artifacts, "bin", "linux_"+runtime.GOARCH)
+	apis, v031 := harness.BuildModelplaneStandIn(t, filepath.Join(root, "bin", "crossplane"))
+	// The README's path: a release, every artefact pushed (under the
+	// registry's root, so that the package manager names the Functions
+	// fleet-scheduler and fleet-scheduler-relay), with the fleet's input:
+	// re-placing after 1m rather than 15m, and a binding the default
+	// profile mispredicts (see TestLiveFleet).
+	input := harness.WriteInput(t, map[string]string{"assumedBinding": "LeastFree", "replaceUnscheduledAfter": replaceAfter.String()})
+	release, log := harness.Release(t, root, f.registry, apis, input)
+	if err := os.WriteFile(filepath.Join(f.logs, "release.log"), []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(release, "bin", "linux_"+runtime.GOARCH)
 	// The function serves its metrics, as in production: the verify
 	// checklist reads them, and they turn on its whole-node comparison.
 	metrics := testenv.FreeLoopbackAddr(t)
-	f.startFunction(t, fnScheduler, filepath.Join(bin, "function"), filepath.Join(f.artifacts, "xpkg", "fleet-scheduler-"+runtime.GOARCH+".xpkg"), "--debug", "--metrics-address="+metrics)
+	f.startFunction(t, fnScheduler, filepath.Join(bin, "function"), f.registry+"/fleet-scheduler:v0.1.0", "--debug", "--metrics-address="+metrics)
 	f.functions[fnScheduler].metrics = metrics
-	f.startFunction(t, fnRelay, filepath.Join(bin, "relay"), filepath.Join(f.artifacts, "xpkg", "fleet-scheduler-relay-"+runtime.GOARCH+".xpkg"),
+	f.startFunction(t, fnRelay, filepath.Join(bin, "relay"), f.registry+"/fleet-scheduler-relay:v0.1.0",
 		"--debug", "--metrics-address=", "--clock-offset="+relayAhead.String())
-	f.startFunction(t, fnStandin, filepath.Join(f.artifacts, "standin", "standin"), filepath.Join(f.artifacts, "standin", "standin.xpkg"))
-	f.installModelplane(t)
+	// Modelplane v0.3.1's functions, as their dependencies are named.
+	standin := filepath.Join(f.artifacts, "standin")
+	f.startFunction(t, fnV03Cluster, filepath.Join(standin, "standin"), f.push(t, "modelplane/modelplane_compose-inference-cluster:v0.3.1", filepath.Join(standin, "standin.xpkg")),
+		"--input="+f.writeStandinInput(t))
+	f.installFunction(t, fnV03Replica, f.push(t, "modelplane/modelplane_compose-model-replica:v0.3.1", filepath.Join(standin, "standin.xpkg")), f.functions[fnV03Cluster])
+	f.installFunction(t, fnV03Deployment, f.push(t, "modelplane/modelplane_compose-model-deployment:v0.3.1",
+		filepath.Join(release, "xpkg", "fleet-scheduler-"+runtime.GOARCH+".xpkg")), f.functions[fnScheduler])
+	f.installModelplane(t, f.push(t, v031Package, v031))
 	t.Logf("the control plane started in %s", time.Since(started).Round(time.Second))
 
 	f.kwokConfig = f.writeKWOKConfig(t)
@@ -236,24 +267,36 @@ func (f *fleet) waitEstablished(t *testing.T, name string) {
 }
 
 // startFunction starts a function from its binary, serving with mTLS on a
-// loopback address, and installs its package from the test's registry,
-// then does what Crossplane's Deployment runtime would for its revision
-// (with the External runtime that is left to whoever runs the function):
-// the server certificate in the Secret the revision names, and the
-// revision's status.tlsServerSecretName and status.endpoint.
-func (f *fleet) startFunction(t *testing.T, name, bin, xpkg string, args ...string) {
+// loopback address, and installs it as the Function name from the package
+// ref.
+func (f *fleet) startFunction(t *testing.T, name, bin, ref string, args ...string) {
 	t.Helper()
-	fn := &function{name: name, bin: bin, addr: testenv.FreeLoopbackAddr(t)}
-	server := pki.LoopbackServer(t, f.ca, name)
+	fn := &function{name: name, bin: bin, addr: testenv.FreeLoopbackAddr(t), server: pki.LoopbackServer(t, f.ca, name)}
 	dir := filepath.Join(f.certs, name)
-	pki.WriteCertsDir(t, dir, server, f.ca)
+	pki.WriteCertsDir(t, dir, fn.server, f.ca)
 	fn.args = append([]string{"--address=" + fn.addr, "--tls-server-certs-dir=" + dir}, args...)
 	fn.proc = harness.StartProcess(t, f.logs, name, bin, nil, fn.args...)
 	fn.proc.WaitListening(t, fn.addr, 30*time.Second)
 	f.functions[name] = fn
+	f.installFunction(t, name, ref, fn)
+}
 
-	ref := f.registry + "/modelplane/" + name + ":v0.1.0"
-	testenv.PushPackage(t, filepath.Join(f.root, "bin", "crossplane"), ref, xpkg)
+// push pushes a package file to the test's registry as repository (with
+// its tag) and returns its reference.
+func (f *fleet) push(t *testing.T, repository, file string) string {
+	t.Helper()
+	ref := f.registry + "/" + repository
+	testenv.PushPackage(t, filepath.Join(f.root, "bin", "crossplane"), ref, file)
+	return ref
+}
+
+// installFunction installs the Function name from the package ref, served
+// by fn, then does what Crossplane's Deployment runtime would for its
+// revision (with the External runtime that is left to whoever runs the
+// function): the server certificate in the Secret the revision names, and
+// the revision's status.tlsServerSecretName and status.endpoint.
+func (f *fleet) installFunction(t *testing.T, name, ref string, fn *function) {
+	t.Helper()
 	pkg := harness.Object("pkg.crossplane.io/v1", "Function", "", name)
 	pkg.Object["spec"] = map[string]any{"package": ref}
 	apply(t, f.cp.c, pkg)
@@ -269,7 +312,7 @@ func (f *fleet) startFunction(t *testing.T, name, bin, xpkg string, args ...stri
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: crossplaneNamespace, Name: name + "-tls-server"},
 		Type:       corev1.SecretTypeTLS,
-		Data:       map[string][]byte{"tls.crt": server.CertPEM, "tls.key": server.KeyPEM, "ca.crt": f.ca.CertPEM},
+		Data:       map[string][]byte{"tls.crt": fn.server.CertPEM, "tls.key": fn.server.KeyPEM, "ca.crt": f.ca.CertPEM},
 	}
 	if err := f.cp.c.Create(t.Context(), secret); err != nil {
 		t.Fatalf("cannot create Secret %s: %v", secret.Name, err)
@@ -299,73 +342,56 @@ func (f *fleet) startFunction(t *testing.T, name, bin, xpkg string, args ...stri
 	})
 }
 
-// installModelplane installs Modelplane's XRDs (the InferenceCluster one
-// extended as deploy/inferenceclusters.yaml ships it), the ModelDeployment
-// Composition of example/ with the test's input, and the InferenceCluster
-// and ModelReplica Compositions of deploy/relay/, their v0.3 steps run by
-// the stand-in.
-func (f *fleet) installModelplane(t *testing.T) {
+// writeStandinInput writes the stand-in's Input, the fleet's
+// InferenceClasses, for v0.3.1's InferenceCluster step, which has none.
+func (f *fleet) writeStandinInput(t *testing.T) string {
 	t.Helper()
-	xrds := filepath.Join(f.root, "test", "schemas", "xrds") // Modelplane v0.3's
-	for _, file := range []string{
-		filepath.Join(xrds, "modeldeployments.yaml"),
-		filepath.Join(xrds, "modelreplicas.yaml"),
-		filepath.Join(xrds, "modelcaches.yaml"),
-		filepath.Join(f.root, "deploy", "inferenceclusters.yaml"),
-		filepath.Join(f.root, "test", "live", "testdata", "modelendpoints.yaml"),
-	} {
-		for _, xrd := range harness.ReadObjects(t, file) {
-			apply(t, f.cp.c, xrd)
-			eventually(t, 2*time.Minute, "XRD "+xrd.GetName()+" Established", func() error {
-				got := harness.Get(t, f.cp.c, xrd.GetAPIVersion(), xrd.GetKind(), "", xrd.GetName())
-				if conditionString(got, "Established", "status") != "True" {
-					return fmt.Errorf("%s", describe(got, "Established"))
-				}
-				return nil
-			})
-		}
-	}
-	for _, c := range harness.ReadObjects(t, filepath.Join(f.root, "example", "composition.yaml")) {
-		// Re-placing after 1m rather than 15m, and a binding the
-		// default profile mispredicts (see TestLiveFleet).
-		steps, _, _ := unstructured.NestedSlice(c.Object, "spec", "pipeline")
-		input := steps[0].(map[string]any)["input"].(map[string]any)
-		input["assumedBinding"] = "LeastFree"
-		input["replaceUnscheduledAfter"] = replaceAfter.String()
-		if err := unstructured.SetNestedSlice(c.Object, steps, "spec", "pipeline"); err != nil {
-			t.Fatal(err)
-		}
-		apply(t, f.cp.c, c)
-	}
-	for _, file := range []string{"inferenceclusters-composition.yaml", "modelreplicas-composition.yaml"} {
-		for _, c := range harness.ReadObjects(t, filepath.Join(f.root, "deploy", "relay", file)) {
-			f.standIn(t, c)
-			apply(t, f.cp.c, c)
-		}
-	}
-	apply(t, f.cp.c, harness.Object("v1", "Namespace", "", namespace))
-}
-
-// standIn has a Composition's Modelplane steps call the stand-in, with its
-// InferenceClasses as the stand-in's input.
-func (f *fleet) standIn(t *testing.T, c *unstructured.Unstructured) {
-	t.Helper()
-	steps, _, _ := unstructured.NestedSlice(c.Object, "spec", "pipeline")
-	for _, s := range steps {
-		step := s.(map[string]any)
-		ref := step["functionRef"].(map[string]any)
-		name, _ := ref["name"].(string)
-		if !strings.HasPrefix(name, "modelplane-modelplanecompose-") {
-			continue
-		}
-		ref["name"] = fnStandin
-		if name == "modelplane-modelplanecompose-inference-cluster" {
-			step["input"] = map[string]any{"apiVersion": "standin.fleet.test/v1", "kind": "Input", "classes": classes(), "gatewayDomain": "gw.fleet.test"}
-		}
-	}
-	if err := unstructured.SetNestedSlice(c.Object, steps, "spec", "pipeline"); err != nil {
+	b, err := json.Marshal(map[string]any{"classes": classes(), "gatewayDomain": "gw.fleet.test"})
+	if err != nil {
 		t.Fatal(err)
 	}
+	file := filepath.Join(f.logs, "standin-input.json")
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// installModelplane installs the stand-in for Modelplane v0.3.1's
+// Configuration package from the registry (ref), as Modelplane's guide
+// installs v0.3.1 but for skipDependencyResolution (its dependencies are
+// the Functions the test installed, under the names the package manager
+// would give them), then follows the README: the Configuration pointed at
+// the rebuild ./hack/release.sh pushed.
+func (f *fleet) installModelplane(t *testing.T, ref string) {
+	t.Helper()
+	c := harness.Object("pkg.crossplane.io/v1", "Configuration", "", configuration)
+	c.Object["spec"] = map[string]any{"package": ref, "skipDependencyResolution": true}
+	apply(t, f.cp.c, c)
+	harness.WaitConfiguration(t, f.cp.c, configuration, ref)
+	harness.SetConfigurationPackage(t, f.cp.c, configuration, f.registry+"/"+rebuiltPackage)
+	harness.WaitConfiguration(t, f.cp.c, configuration, f.registry+"/"+rebuiltPackage)
+	for _, xrd := range []string{"inferenceclusters", "modeldeployments", "modelreplicas", "modelcaches", "modelendpoints"} {
+		eventually(t, 2*time.Minute, "XRD "+xrd+".modelplane.ai Established", func() error {
+			got := harness.Get(t, f.cp.c, "apiextensions.crossplane.io/v1", "CompositeResourceDefinition", "", xrd+".modelplane.ai")
+			if conditionString(got, "Established", "status") != "True" {
+				return fmt.Errorf("%s", describe(got, "Established"))
+			}
+			return nil
+		})
+	}
+	eventually(t, 2*time.Minute, "the InferenceCluster CRD with the agent's report fields", func() error {
+		crd := harness.Get(t, f.cp.c, "apiextensions.k8s.io/v1", "CustomResourceDefinition", "", "inferenceclusters.modelplane.ai")
+		b, err := json.Marshal(crd.Object["spec"])
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(b), `"observedAt":`) {
+			return errors.New("not in its schema yet")
+		}
+		return nil
+	})
+	apply(t, f.cp.c, harness.Object("v1", "Namespace", "", namespace))
 }
 
 // inferenceCluster reads an InferenceCluster.

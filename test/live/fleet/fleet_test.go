@@ -61,6 +61,7 @@ func TestLiveFleet(t *testing.T) {
 		{"the agent hangs with pods held: a new agent leads and releases them pinned within the stated bound", agentKilled},
 		{"two agents hand over while pods are held: none steered twice", handOver},
 		{"a node of a placed replica dies: its pod evicted and replaced on the pool's other node, the report without it; out-of-service, then back", nodeDies},
+		{"rolled back to v0.3.1's package: v0.3.1's Compositions, the relay's objects gone from the workload clusters, nothing deleted in the control plane", rollBack},
 	}
 	for _, s := range scenarios {
 		if !t.Run(s.name, func(t *testing.T) { s.run(t, f) }) {

@@ -75,6 +75,9 @@ func prepare(root, logs string) ([]string, error) {
 			name: "build-standin", dir: filepath.Join(root, "test", "live"), env: static,
 			cmd: []string{"go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(standin, "standin"), "./fleet/standin"},
 		},
+		// What ./hack/release.sh builds besides, while the module proxy can
+		// be reached: the fleet runs it where only loopback exists.
+		{name: "build-release-tools", dir: root, cmd: []string{"./hack/build-release-tools.sh"}},
 		{name: "build-standin-xpkg", dir: root, cmd: []string{crossplane, "xpkg", "build", "--package-root=" + filepath.Join(root, "test", "live", "fleet", "standin", "package"), "-o", filepath.Join(standin, "standin.xpkg")}},
 	}
 	for _, s := range steps {

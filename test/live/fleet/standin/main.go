@@ -10,7 +10,9 @@
 //     sim/composereplica builds (v0.3.1's pods), marked ready as v0.3
 //     marks them, and ModelAccepted and ModelReady.
 //
-// It is a test fixture, never shipped.
+// It is a test fixture, never shipped. Installed under Modelplane's own
+// Function names, it serves v0.3.1's Compositions, whose steps carry no
+// input: --input gives it the InferenceClasses instead.
 package main
 
 import (
@@ -35,13 +37,25 @@ import (
 func main() {
 	address := flag.String("address", "127.0.0.1:9443", "address to serve gRPC on")
 	certs := flag.String("tls-server-certs-dir", "", "tls.crt, tls.key and the client CA's ca.crt")
+	inputFile := flag.String("input", "", "a JSON file holding the Input for steps that have none (v0.3.1's Compositions give none)")
 	flag.Parse()
 	log, err := function.NewLogger(true)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if err := function.Serve(&Function{log: log}, function.Listen("tcp", *address), function.MTLSCertificates(*certs), function.WithMetricsServer("")); err != nil {
+	fn := &Function{log: log}
+	if *inputFile != "" {
+		b, err := os.ReadFile(*inputFile)
+		if err == nil {
+			err = json.Unmarshal(b, &fn.input)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "cannot read --input %s: %v\n", *inputFile, err)
+			os.Exit(1)
+		}
+	}
+	if err := function.Serve(fn, function.Listen("tcp", *address), function.MTLSCertificates(*certs), function.WithMetricsServer("")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -52,6 +66,8 @@ type Function struct {
 	fnv1.UnimplementedFunctionRunnerServiceServer
 
 	log logging.Logger
+	// input is the Input of a step that has none.
+	input Input
 }
 
 // Input is the stand-in's step input: what Modelplane's InferenceClasses
@@ -112,7 +128,7 @@ func setResource(rsp *fnv1.RunFunctionResponse, key string, m map[string]any, re
 // cluster is compose-inference-cluster's Existing path
 // (compose_existing, write_status, gpu_pools).
 func (f *Function) cluster(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr map[string]any) error {
-	var in Input
+	in := f.input
 	if req.GetInput() != nil {
 		b, err := json.Marshal(req.GetInput().AsMap())
 		if err != nil {

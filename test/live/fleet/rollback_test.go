@@ -1,0 +1,107 @@
+package fleet
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
+)
+
+// rollBack follows docs/production.md's roll back to v0.3's scheduler and
+// the first step of its uninstall order: the Configuration pointed back at
+// v0.3.1's package. Its XRD and Compositions are v0.3.1's again, the
+// relay's steps are gone, so Crossplane deletes the Objects they composed
+// and provider-kubernetes the PoolObservations and ReplicaObservations in
+// the workload clusters (the agent's CRDs stay); no ModelDeployment,
+// ModelReplica or InferenceCluster of the control plane is deleted or
+// re-created. It ends the fleet: no scenario can follow it.
+func rollBack(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
+	before := f.controlPlaneUIDs(t)
+	started := time.Now()
+	harness.SetConfigurationPackage(t, f.cp.c, configuration, f.registry+"/"+v031Package)
+	harness.WaitConfiguration(t, f.cp.c, configuration, f.registry+"/"+v031Package)
+	for composition, want := range map[string][]string{
+		"modeldeployments.modelplane.ai":  {fnV03Deployment},
+		"inferenceclusters.modelplane.ai": {fnV03Cluster},
+		"modelreplicas.modelplane.ai":     {fnV03Replica},
+	} {
+		eventually(t, time.Minute, "Composition "+composition+" v0.3.1's", func() error {
+			if got := harness.CompositionFunctions(t, f.cp.c, composition); !slices.Equal(got, want) {
+				return fmt.Errorf("it calls %v, want %v", got, want)
+			}
+			return nil
+		})
+	}
+	// Step 1 of the uninstall order: no Object of the relay is left.
+	eventually(t, 3*time.Minute, "no Object of the relay left in the control plane", func() error {
+		var left []string
+		for _, o := range harness.List(t, f.cp.c, objectAPIVersion, "Object") {
+			if kind, _, _ := unstructured.NestedString(o.Object, "spec", "forProvider", "manifest", "kind"); kind == "PoolObservation" || kind == "ReplicaObservation" {
+				left = append(left, o.GetNamespace()+"/"+o.GetName())
+			}
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("%d left: %s", len(left), strings.Join(left, ", "))
+		}
+		return nil
+	})
+	for name, w := range f.clusters {
+		eventually(t, 2*time.Minute, "no PoolObservation or ReplicaObservation left in "+name, func() error {
+			pools := harness.List(t, w.api.c, agentAPIVersion, "PoolObservation")
+			replicas := harness.List(t, w.api.c, agentAPIVersion, "ReplicaObservation")
+			if len(pools)+len(replicas) > 0 {
+				return fmt.Errorf("%d PoolObservations, %d ReplicaObservations", len(pools), len(replicas))
+			}
+			return nil
+		})
+		for _, crd := range []string{"poolobservations.agent.modelplane.ai", "replicaobservations.agent.modelplane.ai"} {
+			if harness.Get(t, w.api.c, "apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd) == nil {
+				t.Errorf("CRD %s is gone from %s", crd, name)
+			}
+		}
+	}
+	t.Logf("rolled back: v0.3.1's Compositions, and the relay's objects gone from every workload cluster, %s after the Configuration was pointed back",
+		time.Since(started).Round(time.Second))
+	// The API server prunes the report fields v0.3.1's XRD has no schema
+	// for from what it reads back.
+	for _, c := range harness.List(t, f.cp.c, apiVersion, "InferenceCluster") {
+		pools, _, _ := unstructured.NestedSlice(c.Object, "status", "gpuPools")
+		for _, p := range pools {
+			if at, _, _ := unstructured.NestedString(p.(map[string]any), "observedAt"); at != "" {
+				t.Errorf("InferenceCluster %s still reads back a report (observedAt %s)", c.GetName(), at)
+			}
+		}
+	}
+	after := f.controlPlaneUIDs(t)
+	for key, uid := range before {
+		if after[key] != uid {
+			t.Errorf("%s: uid %s before the rollback, %q after (deleted or re-created)", key, uid, after[key])
+		}
+	}
+}
+
+// controlPlaneUIDs returns the uid of every Modelplane CRD and of every
+// ModelDeployment, ModelReplica and InferenceCluster not being deleted, by
+// kind and name.
+func (f *fleet) controlPlaneUIDs(t *testing.T) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for _, crd := range harness.List(t, f.cp.c, "apiextensions.k8s.io/v1", "CustomResourceDefinition") {
+		if strings.HasSuffix(crd.GetName(), ".modelplane.ai") {
+			m["CustomResourceDefinition/"+crd.GetName()] = string(crd.GetUID())
+		}
+	}
+	for _, kind := range []string{"ModelDeployment", "ModelReplica", "InferenceCluster"} {
+		for _, u := range harness.List(t, f.cp.c, apiVersion, kind) {
+			if u.GetDeletionTimestamp() == nil {
+				m[kind+"/"+u.GetNamespace()+"/"+u.GetName()] = string(u.GetUID())
+			}
+		}
+	}
+	return m
+}
