@@ -55,13 +55,21 @@ export CROSSPLANE=$crossplane
 
 pushed=()
 
+# Every artefact is built before the first is pushed (but the chart, which
+# push-chart packages as it pushes), so that one that cannot be built
+# leaves nothing pushed. The Configuration first: it fails fast on an
+# apis/ that is not Modelplane's.
+configuration="$registry/modelplane:$modelplane_version-fleet-scheduler-$version"
+hack/build-modelplane-configuration.sh "$registry" "$version" "$out/xpkg/modelplane.xpkg"
 hack/build-xpkg.sh
+hack/build-cluster-agent-image.sh
+
 hack/push-xpkg.sh "$registry/fleet-scheduler:$version"
 pushed+=("$registry/fleet-scheduler:$version")
 PACKAGE=fleet-scheduler-relay hack/push-xpkg.sh "$registry/fleet-scheduler-relay:$version"
 pushed+=("$registry/fleet-scheduler-relay:$version")
 
-PUSH="$registry/cluster-agent:$version" hack/build-cluster-agent-image.sh
+"$out/bin/build-index" --layout="$out/image/cluster-agent" --push="$registry/cluster-agent:$version"
 pushed+=("$registry/cluster-agent:$version")
 
 # The chart's version is the release's without its v (Helm's tags are the
@@ -70,8 +78,6 @@ chart=$(go run -C tools/chartrender ./cmd/push-chart --chart="$root/charts/clust
 	--version="$version" --image="$registry/cluster-agent" --to="$registry/charts" --output="$out/chart")
 pushed+=("${chart#push-chart: }")
 
-configuration="$registry/modelplane:$modelplane_version-fleet-scheduler-$version"
-hack/build-modelplane-configuration.sh "$registry" "$version" "$out/xpkg/modelplane.xpkg"
 "$crossplane" xpkg push -f "$out/xpkg/modelplane.xpkg" "$configuration"
 pushed+=("$configuration")
 
