@@ -62,6 +62,7 @@ func TestLiveFleet(t *testing.T) {
 		{"two agents hand over while pods are held: none steered twice", handOver},
 		{"a node of a placed replica dies: its pod evicted and replaced on the pool's other node, the report without it; out-of-service, then back", nodeDies},
 		{"rolled back to v0.3.1's package: v0.3.1's Compositions, the relay's objects gone from the workload clusters, nothing deleted in the control plane", rollBack},
+		{"uninstalled in the documented order: the Functions, then each cluster's agent and its CRDs; nothing in the control plane deleted or left waiting", uninstall},
 	}
 	for _, s := range scenarios {
 		if !t.Run(s.name, func(t *testing.T) { s.run(t, f) }) {

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -104,4 +105,61 @@ func (f *fleet) controlPlaneUIDs(t *testing.T) map[string]string {
 		}
 	}
 	return m
+}
+
+// uninstall follows the rest of docs/production.md's uninstall order,
+// after the rollback: the two Functions deleted, then in each workload
+// cluster the agent stopped (helm uninstall; here its process) and its
+// CRDs deleted. Nothing in the control plane is deleted with them, and no
+// Object is left waiting on a kind no longer served.
+func uninstall(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
+	before := f.controlPlaneUIDs(t)
+	for _, name := range []string{fnScheduler, fnRelay} {
+		if err := f.cp.c.Delete(t.Context(), harness.Object("pkg.crossplane.io/v1", "Function", "", name)); err != nil {
+			t.Fatalf("cannot delete Function %s: %v", name, err)
+		}
+		eventually(t, time.Minute, "Function "+name+" gone", func() error {
+			if harness.Get(t, f.cp.c, "pkg.crossplane.io/v1", "Function", "", name) != nil {
+				return errors.New("still there")
+			}
+			return nil
+		})
+	}
+	crds := []string{"poolobservations.agent.modelplane.ai", "replicaobservations.agent.modelplane.ai"}
+	for name, w := range f.clusters {
+		w.stopAgent(t, w.agent, false)
+		for _, crd := range crds {
+			if err := w.api.c.Delete(t.Context(), harness.Object("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)); err != nil {
+				t.Fatalf("cannot delete CRD %s from %s: %v", crd, name, err)
+			}
+		}
+		eventually(t, time.Minute, "the agent's CRDs gone from "+name, func() error {
+			for _, crd := range crds {
+				if harness.Get(t, w.api.c, "apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd) != nil {
+					return fmt.Errorf("%s still there", crd)
+				}
+			}
+			return nil
+		})
+	}
+	// The InferenceClusters' Compositions call v0.3.1's step alone now;
+	// each is reconciled again within a poll, and must not wait on
+	// anything the uninstall removed.
+	time.Sleep(30 * time.Second)
+	for _, o := range harness.List(t, f.cp.c, objectAPIVersion, "Object") {
+		if o.GetDeletionTimestamp() != nil {
+			t.Errorf("Object %s/%s is being deleted, since %s", o.GetNamespace(), o.GetName(), o.GetDeletionTimestamp())
+		}
+	}
+	for _, c := range harness.List(t, f.cp.c, apiVersion, "InferenceCluster") {
+		if s := conditionString(&c, "Synced", "status"); s != "True" {
+			t.Errorf("InferenceCluster %s: %s", c.GetName(), describe(&c, "Synced"))
+		}
+	}
+	after := f.controlPlaneUIDs(t)
+	for key, uid := range before {
+		if after[key] != uid {
+			t.Errorf("%s: uid %s before the uninstall, %q after (deleted or re-created)", key, uid, after[key])
+		}
+	}
 }
