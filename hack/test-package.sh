@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the tests of what ships (the test/ module):
 #
-#   test/xpkg     ./hack/build-xpkg.sh, `crossplane xpkg push` of both
-#                 architectures to a registry on loopback, pull back, check
-#                 the Function meta, the Input CRD and the runtime image
+#   test/xpkg     ./hack/release.sh for both architectures against a
+#                 registry on loopback; every artefact pulled back and
+#                 checked: the function packages' meta, Input CRD and runtime
+#                 images, the agent's image, its chart, the Configuration
 #   test/mtls     the function started from its runtime image serves
 #                 RunFunction over mutual TLS only
 #   test/schemas  ModelReplicas (hand-made and as ./hack/render.sh renders
