@@ -43,14 +43,13 @@ func fromSettings(version string, settings []debug.BuildSetting) (string, string
 // Line is what a binary named name prints for --version: its name,
 // version and, when recorded, revision.
 func Line(name string) string {
-	return line(name)(Read())
+	version, revision := Read()
+	return line(name, version, revision)
 }
 
-func line(name string) func(version, revision string) string {
-	return func(version, revision string) string {
-		if revision == "" {
-			return name + " " + version
-		}
-		return name + " " + version + " (revision " + revision + ")"
+func line(name, version, revision string) string {
+	if revision == "" {
+		return name + " " + version
 	}
+	return name + " " + version + " (revision " + revision + ")"
 }

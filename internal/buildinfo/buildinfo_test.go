@@ -40,7 +40,8 @@ func TestLine(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := line("relay")(fromSettings(tc.args.version, tc.args.settings))
+			version, revision := fromSettings(tc.args.version, tc.args.settings)
+			got := line("relay", version, revision)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("\n%s\nLine(relay): -want, +got:\n%s", tc.reason, diff)
 			}

@@ -7,11 +7,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"testing"
 	"time"
-
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
 )
@@ -68,10 +65,7 @@ func TestInstallOverModelplanesConfiguration(t *testing.T) {
 
 	// As Modelplane's guide installs it, but for skipDependencyResolution:
 	// its dependencies are on registries this machine cannot reach.
-	c := harness.Object("pkg.crossplane.io/v1", "Configuration", "", configuration)
-	c.Object["spec"] = map[string]any{"package": v031, "skipDependencyResolution": true}
-	cp.apply(t, c)
-	harness.WaitConfiguration(t, cp.kube, configuration, v031)
+	harness.InstallConfiguration(t, cp.kube, configuration, v031)
 	fl := cp.applyFleet(t)
 	cp.apply(t, harness.ReadObjects(t, filepath.Join(cp.root, "example", "xr.yaml"))[0])
 	xrd := "inferenceclusters.modelplane.ai"
@@ -80,7 +74,7 @@ func TestInstallOverModelplanesConfiguration(t *testing.T) {
 	if !t.Run("v0.3.1's package: whole nodes place 3 of 4 replicas", func(t *testing.T) {
 		cp.waitReplicas(t, converge, wholeNodePlacements()...)
 		cp.waitScheduled(t, 3, 4, false)
-		kept = cp.modelplaneUIDs(t)
+		kept = harness.ModelplaneUIDs(t, cp.kube)
 	}) {
 		return
 	}
@@ -106,7 +100,7 @@ func TestInstallOverModelplanesConfiguration(t *testing.T) {
 		cp.waitSchemaLacks(t, xrd, "observedAt", syncInterval+converge)
 		t.Logf("the XRD was back to v0.3.1's %s after it was applied, %s after a Function's install began (a resync every %s)",
 			time.Since(applied).Round(time.Second), time.Since(installed).Round(time.Second), syncInterval)
-		checkKept(t, kept, cp.modelplaneUIDs(t))
+		harness.CheckKept(t, kept, harness.ModelplaneUIDs(t, cp.kube))
 	}) {
 		return
 	}
@@ -123,7 +117,7 @@ func TestInstallOverModelplanesConfiguration(t *testing.T) {
 		want := []replica{placed("eks-us-east", 0), placed("eks-us-east", 1), placed("gke-us-central", 0), placed("gke-us-central", 1)}
 		cp.waitReplicas(t, defaultTTL+ttlJitter+margin, want...)
 		cp.waitScheduled(t, 4, 4, true)
-		checkKept(t, before, uids(cp.replicasOf(t, namespace, deployment)))
+		harness.CheckKept(t, before, uids(cp.replicasOf(t, namespace, deployment)))
 
 		lock := cp.lockVersion(t)
 		cp.installFunction(t, "another-function", cp.pushPackage(t, "another-function:v0.1.0", fnPackage))
@@ -139,8 +133,8 @@ func TestInstallOverModelplanesConfiguration(t *testing.T) {
 		}
 		cp.waitReplicas(t, converge, want...)
 		cp.waitScheduled(t, 4, 4, true)
-		checkKept(t, kept, cp.modelplaneUIDs(t))
-		kept = cp.modelplaneUIDs(t) // the fourth replica too
+		harness.CheckKept(t, kept, harness.ModelplaneUIDs(t, cp.kube))
+		kept = harness.ModelplaneUIDs(t, cp.kube) // the fourth replica too
 	}) {
 		return
 	}
@@ -169,7 +163,7 @@ func TestInstallOverModelplanesConfiguration(t *testing.T) {
 			withoutPlacementLabels(placed("eks-us-east", 0)), withoutPlacementLabels(placed("eks-us-east", 1)),
 			withoutPlacementLabels(placed("gke-us-central", 0)), withoutPlacementLabels(placed("gke-us-central", 1)))
 		cp.waitScheduled(t, 4, 5, false)
-		checkKept(t, kept, cp.modelplaneUIDs(t))
+		harness.CheckKept(t, kept, harness.ModelplaneUIDs(t, cp.kube))
 	})
 }
 
@@ -177,27 +171,6 @@ func TestInstallOverModelplanesConfiguration(t *testing.T) {
 func (cp *controlPlane) lockVersion(t *testing.T) string {
 	t.Helper()
 	return harness.Get(t, cp.kube, "pkg.crossplane.io/v1beta1", "Lock", "", "lock").GetResourceVersion()
-}
-
-// modelplaneUIDs returns the uid of every CRD of a modelplane.ai group and
-// of every XR of the kinds this test creates and composes, by kind and name.
-func (cp *controlPlane) modelplaneUIDs(t *testing.T) map[string]string {
-	t.Helper()
-	m := map[string]string{}
-	for _, crd := range harness.List(t, cp.kube, "apiextensions.k8s.io/v1", "CustomResourceDefinition") {
-		if group, _, _ := unstructured.NestedString(crd.Object, "spec", "group"); group == "modelplane.ai" || strings.HasSuffix(group, ".modelplane.ai") {
-			m["CustomResourceDefinition/"+crd.GetName()] = string(crd.GetUID())
-		}
-	}
-	for _, kind := range []string{"InferenceCluster", "ModelDeployment", "ModelReplica"} {
-		for _, u := range harness.List(t, cp.kube, apiVersion, kind) {
-			m[kind+"/"+key(&u)] = string(u.GetUID())
-		}
-	}
-	if len(m) == 0 {
-		t.Fatal("no Modelplane CRD or XR")
-	}
-	return m
 }
 
 // waitScheduled waits until the XR says it scheduled placed of wanted
@@ -217,11 +190,10 @@ func (cp *controlPlane) waitScheduled(t *testing.T, placed, wanted int, observed
 	})
 }
 
-// waitSchemaLacks waits until a CRD's schema no longer names a field, and
-// returns how long that took.
-func (cp *controlPlane) waitSchemaLacks(t *testing.T, crd, field string, timeout time.Duration) time.Duration {
+// waitSchemaLacks waits until a CRD's schema no longer names a field.
+func (cp *controlPlane) waitSchemaLacks(t *testing.T, crd, field string, timeout time.Duration) {
 	t.Helper()
-	return eventually(t, timeout, "CRD "+crd+" without "+field, func() error {
+	eventually(t, timeout, "CRD "+crd+" without "+field, func() error {
 		has, err := cp.schemaHas(t, crd, field)
 		if err == nil && has {
 			err = errors.New("still in its schema")

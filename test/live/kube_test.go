@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -132,13 +130,5 @@ func (cp *controlPlane) waitSchemaHas(t *testing.T, crd, field string) {
 // schemaHas says whether a CRD's spec names a field.
 func (cp *controlPlane) schemaHas(t *testing.T, crd, field string) (bool, error) {
 	t.Helper()
-	got := harness.Get(t, cp.kube, "apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)
-	if got == nil {
-		return false, errors.New("no such CRD")
-	}
-	b, err := json.Marshal(got.Object["spec"])
-	if err != nil {
-		return false, err
-	}
-	return strings.Contains(string(b), strconv.Quote(field)+":"), nil
+	return harness.SchemaHas(t, cp.kube, crd, field)
 }

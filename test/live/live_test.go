@@ -108,7 +108,7 @@ func TestModelDeploymentOnALiveControlPlane(t *testing.T) {
 			},
 			total: 4, ready: 0,
 		})
-		checkKept(t, before, uids(cp.replicasOf(t, namespace, deployment)))
+		harness.CheckKept(t, before, uids(cp.replicasOf(t, namespace, deployment)))
 	}) {
 		return
 	}
@@ -120,7 +120,7 @@ func TestModelDeploymentOnALiveControlPlane(t *testing.T) {
 		cp.waitReplicas(t, converge,
 			placed("eks-us-east", 0), placed("eks-us-east", 1), placed("eks-us-east", 2),
 			placed("gke-us-central", 0), placed("gke-us-central", 1), placed("gke-us-central", 2))
-		checkKept(t, before, uids(cp.replicasOf(t, namespace, deployment)))
+		harness.CheckKept(t, before, uids(cp.replicasOf(t, namespace, deployment)))
 		cp.waitXR(t, converge, xrWant{total: 6})
 
 		before = uids(cp.replicasOf(t, namespace, deployment))
@@ -128,7 +128,7 @@ func TestModelDeploymentOnALiveControlPlane(t *testing.T) {
 		// Scale down: the highest index on the most-loaded cluster first,
 		// ties to the later cluster name: gke-2, eks-2, gke-1, eks-1.
 		cp.waitReplicas(t, converge, placed("eks-us-east", 0), placed("gke-us-central", 0))
-		checkKept(t, only(before, replicaName(deployment, "eks-us-east", 0), replicaName(deployment, "gke-us-central", 0)),
+		harness.CheckKept(t, only(before, replicaName(deployment, "eks-us-east", 0), replicaName(deployment, "gke-us-central", 0)),
 			uids(cp.replicasOf(t, namespace, deployment)))
 		cp.waitXR(t, converge, xrWant{total: 2})
 	}) {
@@ -176,7 +176,7 @@ func TestModelDeploymentOnALiveControlPlane(t *testing.T) {
 			t.Errorf("CapacityObserved turned False at %s, before the report went stale at %s", lt, staleAt)
 		}
 		// Retention ignores capacity: the pool's fallback moves nothing.
-		checkKept(t, before, uids(cp.replicasOf(t, namespace, deployment)))
+		harness.CheckKept(t, before, uids(cp.replicasOf(t, namespace, deployment)))
 	}) {
 		return
 	}
@@ -198,7 +198,7 @@ func TestModelDeploymentOnALiveControlPlane(t *testing.T) {
 		if got := cp.composedUIDs(t); len(got) != len(before) {
 			t.Errorf("while the function was down the composed resources changed: before %v, then %v", before, got)
 		}
-		checkKept(t, before, cp.composedUIDs(t))
+		harness.CheckKept(t, before, cp.composedUIDs(t))
 
 		started := time.Now()
 		cp.startFunction(t)
@@ -207,7 +207,7 @@ func TestModelDeploymentOnALiveControlPlane(t *testing.T) {
 			endpoint("gke-us-central", 0, "gw.gke-us-central.fleet.example.com"))
 		t.Logf("the ModelEndpoint of the replica that turned Ready while the function was down appeared %s after it started again", time.Since(started).Round(100*time.Millisecond))
 		cp.waitXR(t, converge, xrWant{conditions: map[string]conditionWant{"Synced": {status: "True"}}, total: 2, ready: 2})
-		checkKept(t, before, cp.composedUIDs(t))
+		harness.CheckKept(t, before, cp.composedUIDs(t))
 	})
 }
 
@@ -242,20 +242,6 @@ func (cp *controlPlane) waitReportsKept(t *testing.T, fl fleet) {
 		}
 		return nil
 	})
-}
-
-// checkKept checks that every object in before (name to uid) is still there
-// and the same object: not deleted, not re-created.
-func checkKept(t *testing.T, before, after map[string]string) {
-	t.Helper()
-	for name, uid := range before {
-		switch got, ok := after[name]; {
-		case !ok:
-			t.Errorf("%s (uid %s) is gone or being deleted", name, uid)
-		case got != uid:
-			t.Errorf("%s was re-created: uid %s, then %s", name, uid, got)
-		}
-	}
 }
 
 // only returns the entries of uids with the names given.

@@ -68,7 +68,7 @@ func (cp *controlPlane) narrowCalls(t *testing.T, fl fleet) {
 		"ReplicasScheduled": {status: "True", reason: "ReplicasCreated", message: "Scheduled 2 of 2 replicas"},
 		"CapacityObserved":  {status: "True", reason: "AllPoolsObserved"},
 	}, total: 2})
-	checkKept(t, before, uids(cp.replicasOf(t, namespace, deployment)))
+	harness.CheckKept(t, before, uids(cp.replicasOf(t, namespace, deployment)))
 
 	// One pool's report goes stale: a replica it counted may not be counted
 	// any more, and only the whole fleet shows it.
@@ -99,7 +99,7 @@ func (cp *controlPlane) narrowCalls(t *testing.T, fl fleet) {
 		}
 		return nil
 	})
-	checkKept(t, before, uids(cp.replicasOf(t, namespace, deployment)))
+	harness.CheckKept(t, before, uids(cp.replicasOf(t, namespace, deployment)))
 
 	// The agent reports again: the step after this one starts from every
 	// report fresh.

@@ -33,15 +33,14 @@ const (
 	// names v0.3.1's dependencies; the stand-in serves its
 	// compose-inference-cluster and compose-model-replica, and
 	// fleet-scheduler its compose-model-deployment (docs/live-fleet.md).
-	fnScheduler      = "fleet-scheduler"
-	fnRelay          = "fleet-scheduler-relay"
-	fnV03Cluster     = "modelplane-modelplanecompose-inference-cluster"
-	fnV03Replica     = "modelplane-modelplanecompose-model-replica"
-	fnV03Deployment  = "modelplane-modelplanecompose-model-deployment"
-	configuration    = "modelplane" // the Configuration Modelplane's guide creates
-	v031Package      = "modelplane/modelplane:v0.3.1"
-	rebuiltPackage   = "modelplane:v0.3.1-fleet-scheduler-v0.1.0"
-	releaseOutputDir = "release"
+	fnScheduler     = "fleet-scheduler"
+	fnRelay         = "fleet-scheduler-relay"
+	fnV03Cluster    = "modelplane-modelplanecompose-inference-cluster"
+	fnV03Replica    = "modelplane-modelplanecompose-model-replica"
+	fnV03Deployment = "modelplane-modelplanecompose-model-deployment"
+	configuration   = "modelplane" // the Configuration Modelplane's guide creates
+	v031Package     = "modelplane/modelplane:v0.3.1"
+	rebuiltPackage  = "modelplane:v0.3.1-fleet-scheduler-v0.1.0"
 
 	// relayAhead is how far the relay's clock runs ahead of Crossplane's
 	// in the test: within the margin less a second, so PodsScheduled is
@@ -365,10 +364,7 @@ func (f *fleet) writeStandinInput(t *testing.T) string {
 // the rebuild ./hack/release.sh pushed.
 func (f *fleet) installModelplane(t *testing.T, ref string) {
 	t.Helper()
-	c := harness.Object("pkg.crossplane.io/v1", "Configuration", "", configuration)
-	c.Object["spec"] = map[string]any{"package": ref, "skipDependencyResolution": true}
-	apply(t, f.cp.c, c)
-	harness.WaitConfiguration(t, f.cp.c, configuration, ref)
+	harness.InstallConfiguration(t, f.cp.c, configuration, ref)
 	harness.SetConfigurationPackage(t, f.cp.c, configuration, f.registry+"/"+rebuiltPackage)
 	harness.WaitConfiguration(t, f.cp.c, configuration, f.registry+"/"+rebuiltPackage)
 	for _, xrd := range []string{"inferenceclusters", "modeldeployments", "modelreplicas", "modelcaches", "modelendpoints"} {
@@ -381,15 +377,11 @@ func (f *fleet) installModelplane(t *testing.T, ref string) {
 		})
 	}
 	eventually(t, 2*time.Minute, "the InferenceCluster CRD with the agent's report fields", func() error {
-		crd := harness.Get(t, f.cp.c, "apiextensions.k8s.io/v1", "CustomResourceDefinition", "", "inferenceclusters.modelplane.ai")
-		b, err := json.Marshal(crd.Object["spec"])
-		if err != nil {
-			return err
+		has, err := harness.SchemaHas(t, f.cp.c, "inferenceclusters.modelplane.ai", "observedAt")
+		if err == nil && !has {
+			err = errors.New("not in its schema yet")
 		}
-		if !strings.Contains(string(b), `"observedAt":`) {
-			return errors.New("not in its schema yet")
-		}
-		return nil
+		return err
 	})
 	apply(t, f.cp.c, harness.Object("v1", "Namespace", "", namespace))
 }

@@ -22,7 +22,7 @@ import (
 // ModelReplica or InferenceCluster of the control plane is deleted or
 // re-created. It ends the fleet: no scenario can follow it.
 func rollBack(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
-	before := f.controlPlaneUIDs(t)
+	before := harness.ModelplaneUIDs(t, f.cp.c)
 	started := time.Now()
 	harness.SetConfigurationPackage(t, f.cp.c, configuration, f.registry+"/"+v031Package)
 	harness.WaitConfiguration(t, f.cp.c, configuration, f.registry+"/"+v031Package)
@@ -78,33 +78,7 @@ func rollBack(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.
 			}
 		}
 	}
-	after := f.controlPlaneUIDs(t)
-	for key, uid := range before {
-		if after[key] != uid {
-			t.Errorf("%s: uid %s before the rollback, %q after (deleted or re-created)", key, uid, after[key])
-		}
-	}
-}
-
-// controlPlaneUIDs returns the uid of every Modelplane CRD and of every
-// ModelDeployment, ModelReplica and InferenceCluster not being deleted, by
-// kind and name.
-func (f *fleet) controlPlaneUIDs(t *testing.T) map[string]string {
-	t.Helper()
-	m := map[string]string{}
-	for _, crd := range harness.List(t, f.cp.c, "apiextensions.k8s.io/v1", "CustomResourceDefinition") {
-		if strings.HasSuffix(crd.GetName(), ".modelplane.ai") {
-			m["CustomResourceDefinition/"+crd.GetName()] = string(crd.GetUID())
-		}
-	}
-	for _, kind := range []string{"ModelDeployment", "ModelReplica", "InferenceCluster"} {
-		for _, u := range harness.List(t, f.cp.c, apiVersion, kind) {
-			if u.GetDeletionTimestamp() == nil {
-				m[kind+"/"+u.GetNamespace()+"/"+u.GetName()] = string(u.GetUID())
-			}
-		}
-	}
-	return m
+	harness.CheckKept(t, before, harness.ModelplaneUIDs(t, f.cp.c))
 }
 
 // uninstall follows the rest of docs/production.md's uninstall order,
@@ -113,7 +87,7 @@ func (f *fleet) controlPlaneUIDs(t *testing.T) map[string]string {
 // CRDs deleted. Nothing in the control plane is deleted with them, and no
 // Object is left waiting on a kind no longer served.
 func uninstall(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
-	before := f.controlPlaneUIDs(t)
+	before := harness.ModelplaneUIDs(t, f.cp.c)
 	for _, name := range []string{fnScheduler, fnRelay} {
 		if err := f.cp.c.Delete(t.Context(), harness.Object("pkg.crossplane.io/v1", "Function", "", name)); err != nil {
 			t.Fatalf("cannot delete Function %s: %v", name, err)
@@ -156,10 +130,5 @@ func uninstall(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t
 			t.Errorf("InferenceCluster %s: %s", c.GetName(), describe(&c, "Synced"))
 		}
 	}
-	after := f.controlPlaneUIDs(t)
-	for key, uid := range before {
-		if after[key] != uid {
-			t.Errorf("%s: uid %s before the uninstall, %q after (deleted or re-created)", key, uid, after[key])
-		}
-	}
+	harness.CheckKept(t, before, harness.ModelplaneUIDs(t, f.cp.c))
 }

@@ -1,12 +1,15 @@
 package harness
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -122,4 +125,71 @@ func CompositionFunctions(t *testing.T, kube client.Client, name string) []strin
 		fns = append(fns, fn)
 	}
 	return fns
+}
+
+// InstallConfiguration creates the Configuration name from the package ref
+// with skipDependencyResolution (the packages it depends on are on
+// registries a test cannot reach; the test installs them itself), and
+// waits until it is Installed and Healthy.
+func InstallConfiguration(t *testing.T, kube client.Client, name, ref string) {
+	t.Helper()
+	c := Object("pkg.crossplane.io/v1", "Configuration", "", name)
+	c.Object["spec"] = map[string]any{"package": ref, "skipDependencyResolution": true}
+	if err := kube.Create(t.Context(), c); err != nil {
+		t.Fatalf("cannot create Configuration %s: %v", name, err)
+	}
+	WaitConfiguration(t, kube, name, ref)
+}
+
+// SchemaHas says whether a CRD's spec names a field; an error when there is
+// no such CRD.
+func SchemaHas(t *testing.T, kube client.Client, crd, field string) (bool, error) {
+	t.Helper()
+	got := Get(t, kube, "apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)
+	if got == nil {
+		return false, errors.New("no such CRD")
+	}
+	b, err := json.Marshal(got.Object["spec"])
+	if err != nil {
+		return false, err
+	}
+	return strings.Contains(string(b), strconv.Quote(field)+":"), nil
+}
+
+// ModelplaneUIDs returns the uid of every CRD of a modelplane.ai group, and
+// of every InferenceCluster, ModelDeployment and ModelReplica not being
+// deleted, by kind and name.
+func ModelplaneUIDs(t *testing.T, kube client.Client) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for _, crd := range List(t, kube, "apiextensions.k8s.io/v1", "CustomResourceDefinition") {
+		if group, _, _ := unstructured.NestedString(crd.Object, "spec", "group"); group == "modelplane.ai" || strings.HasSuffix(group, ".modelplane.ai") {
+			m["CustomResourceDefinition/"+crd.GetName()] = string(crd.GetUID())
+		}
+	}
+	for _, kind := range []string{"InferenceCluster", "ModelDeployment", "ModelReplica"} {
+		for _, u := range List(t, kube, "modelplane.ai/v1alpha1", kind) {
+			if u.GetDeletionTimestamp() == nil {
+				m[kind+"/"+u.GetNamespace()+"/"+u.GetName()] = string(u.GetUID())
+			}
+		}
+	}
+	if len(m) == 0 {
+		t.Fatal("no Modelplane CRD or XR")
+	}
+	return m
+}
+
+// CheckKept checks that every object in before (name to uid) is still there
+// and the same object: not deleted, not re-created.
+func CheckKept(t *testing.T, before, after map[string]string) {
+	t.Helper()
+	for name, uid := range before {
+		switch got, ok := after[name]; {
+		case !ok:
+			t.Errorf("%s (uid %s) is gone or being deleted", name, uid)
+		case got != uid:
+			t.Errorf("%s was re-created: uid %s, then %s", name, uid, got)
+		}
+	}
 }

@@ -88,8 +88,7 @@ func pushIndex(from, push string) error {
 		return fmt.Errorf("cannot read OCI image layout %s: %w", from, err)
 	}
 	// layout.Write (build-index --output) writes the multi-platform index
-	// as the layout's own index.json; a layout written otherwise may hold
-	// it as its one manifest instead.
+	// as the layout's own index.json.
 	idx, err := p.ImageIndex()
 	if err != nil {
 		return fmt.Errorf("cannot read the index of %s: %w", from, err)
@@ -97,14 +96,6 @@ func pushIndex(from, push string) error {
 	m, err := idx.IndexManifest()
 	if err != nil {
 		return fmt.Errorf("cannot read the index manifest of %s: %w", from, err)
-	}
-	if len(m.Manifests) == 1 && m.Manifests[0].MediaType.IsIndex() {
-		if idx, err = idx.ImageIndex(m.Manifests[0].Digest); err != nil {
-			return fmt.Errorf("cannot read the image index of %s: %w", from, err)
-		}
-		if m, err = idx.IndexManifest(); err != nil {
-			return fmt.Errorf("cannot read the index manifest of %s: %w", from, err)
-		}
 	}
 	for _, d := range m.Manifests {
 		if d.Platform == nil || !d.MediaType.IsImage() {
