@@ -41,6 +41,7 @@ type options struct {
 	trace                                sim.TraceOptions
 	nodes, pods                          string
 	sizing                               string
+	waves                                string
 }
 
 func main() {
@@ -54,6 +55,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 0, "run every named scenario this many rounds of 10s instead of its own (0: its own; a trace has -max-rounds)")
 	flag.BoolVar(&o.large, "large", false, "also run "+sim.Large().Name+" ("+sim.Large().Summary+"); it takes an hour or more")
 	flag.StringVar(&o.largeBinders, "large-binders", "kube-default,kube-most-allocated", "comma-separated binders to run "+sim.Large().Name+" with")
+	flag.StringVar(&o.waves, "waves", "", "instead of the scenarios, run the live scale run's workload of this size, CLUSTERSxNODESxWAVES (docs/scale.md); with -image-size 0, as KWOK's nodes list no images")
 	flag.BoolVar(&o.withScenarios, "with-scenarios", false, "with a trace, run the scenarios too, in one report")
 	flag.StringVar(&o.nodes, "nodes", "", "a trace's node CSV (sn,cpu_milli,memory_mib,gpu,model); with -pods, replay it instead of the scenarios")
 	flag.StringVar(&o.pods, "pods", "", "a trace's pod CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...)")
@@ -390,6 +392,17 @@ func publish(out, name string, body []byte) error {
 // scenarios too under -with-scenarios), else the named scenarios (and the
 // large fleet with -large).
 func scenarios(o options) ([]sim.Scenario, string, error) {
+	if o.waves != "" {
+		spec, err := sim.ParseWaves(o.waves)
+		if err != nil {
+			return nil, "", fmt.Errorf("-waves: %w", err)
+		}
+		sc, err := sim.Waves(spec)
+		if err != nil {
+			return nil, "", fmt.Errorf("-waves: %w", err)
+		}
+		return []sim.Scenario{sc}, "", nil
+	}
 	var trace []sim.Scenario
 	var notes string
 	if o.nodes != "" || o.pods != "" {

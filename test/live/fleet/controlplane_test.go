@@ -79,9 +79,18 @@ type function struct {
 	server  pki.KeyPair
 }
 
-// startFleet starts the control plane and the workload clusters, and
-// waits until every InferenceCluster is Ready with its pools' reports.
+// startFleet starts the control plane and the workload clusters of the
+// scenarios (workloads), the function re-placing after replaceAfter and
+// assuming LeastFree (see TestLiveFleet).
 func startFleet(t *testing.T) *fleet {
+	t.Helper()
+	return startFleetOf(t, workloads(), map[string]string{"assumedBinding": "LeastFree", "replaceUnscheduledAfter": replaceAfter.String()})
+}
+
+// startFleetOf starts the control plane and the workload clusters, the
+// function's step given input, and waits until every InferenceCluster is
+// Ready, with its pools' reports where its agent runs.
+func startFleetOf(t *testing.T, workloads []workloadSpec, input map[string]string) *fleet {
 	t.Helper()
 	suite.Skip(t)
 	root := testenv.RepoRoot(t)
@@ -119,11 +128,8 @@ func startFleet(t *testing.T) *fleet {
 	apis, v031 := harness.BuildModelplaneStandIn(t, filepath.Join(root, "bin", "crossplane"))
 	// The README's path: a release, every artefact pushed (under the
 	// registry's root, so that the package manager names the Functions
-	// fleet-scheduler and fleet-scheduler-relay), with the fleet's input:
-	// re-placing after 1m rather than 15m, and a binding the default
-	// profile mispredicts (see TestLiveFleet).
-	input := harness.WriteInput(t, map[string]string{"assumedBinding": "LeastFree", "replaceUnscheduledAfter": replaceAfter.String()})
-	release, log := harness.Release(t, root, f.registry, apis, input)
+	// fleet-scheduler and fleet-scheduler-relay), with the fleet's input.
+	release, log := harness.Release(t, root, f.registry, apis, harness.WriteInput(t, input))
 	if err := os.WriteFile(filepath.Join(f.logs, "release.log"), []byte(log), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -146,15 +152,19 @@ func startFleet(t *testing.T) *fleet {
 	t.Logf("the control plane started in %s", time.Since(started).Round(time.Second))
 
 	f.kwokConfig = f.writeKWOKConfig(t)
-	for _, w := range workloads() {
+	for _, w := range workloads {
 		started := time.Now()
 		f.clusters[w.name] = f.startWorkload(t, w)
 		t.Logf("workload cluster %s started in %s", w.name, time.Since(started).Round(time.Second))
 	}
-	for name := range f.clusters {
-		eventually(t, 3*time.Minute, "InferenceCluster "+name+" Ready with every pool reported", func() error {
+	for name, w := range f.clusters {
+		want := []string{"Ready", "PoolsObserved"}
+		if w.spec.noAgent {
+			want = want[:1]
+		}
+		eventually(t, 3*time.Minute, "InferenceCluster "+name+" Ready, and with an agent every pool reported", func() error {
 			ic := f.inferenceCluster(t, name)
-			for _, c := range []string{"Ready", "PoolsObserved"} {
+			for _, c := range want {
 				if conditionString(ic, c, "status") != "True" {
 					return fmt.Errorf("%s", describe(ic, c))
 				}

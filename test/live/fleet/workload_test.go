@@ -44,6 +44,11 @@ type workloadSpec struct {
 	// steer names the pools its InferenceCluster asks the agent to steer
 	// (agent.modelplane.ai/steer-pools).
 	steer string
+	// labels are its InferenceCluster's, besides clusterLabel.
+	labels map[string]string
+	// noAgent installs the agent's CRDs and objects but runs no agent:
+	// its pools are never reported, and fall back to whole nodes.
+	noAgent bool
 }
 
 // poolSpec is a GPU pool: nodes of one InferenceClass.
@@ -79,8 +84,11 @@ func gpuClasses() map[string]classSpec {
 		"l4-4x":        {gpus: 4, product: "NVIDIA L4", memory: "23034Mi", cpu: "47", nodeMemory: "180Gi"},
 		"a10g-4x":      {gpus: 4, product: "NVIDIA A10G", memory: "23028Mi", cpu: "47", nodeMemory: "180Gi"},
 		"a10g-4x-lean": {gpus: 4, product: "NVIDIA A10G", memory: "23028Mi", cpu: "2", nodeMemory: "8Gi"},
-		"a100-4x":      {gpus: 4, product: "NVIDIA A100", memory: "40960Mi", cpu: "47", nodeMemory: "180Gi"},
-		"l40s-8x":      {gpus: 8, product: "NVIDIA L40S", memory: "46068Mi", cpu: "191", nodeMemory: "1500Gi"},
+		// The scale run's, as fleetsim's p5.48xlarge (sim.Waves): 80Gi
+		// a GPU, so that sim's CEL selector (80Gi or more) picks it.
+		"h100-8x": {gpus: 8, product: "NVIDIA H100", memory: "80Gi", cpu: "190", nodeMemory: "1980Gi"},
+		"a100-4x": {gpus: 4, product: "NVIDIA A100", memory: "40960Mi", cpu: "47", nodeMemory: "180Gi"},
+		"l40s-8x": {gpus: 8, product: "NVIDIA L40S", memory: "46068Mi", cpu: "191", nodeMemory: "1500Gi"},
 	}
 }
 
@@ -179,7 +187,11 @@ func (f *fleet) startWorkload(t *testing.T, spec workloadSpec) *workload {
 	for _, p := range spec.pools {
 		pools = append(pools, map[string]any{"name": p.name, "className": p.class, "nodeCount": int64(p.nodes)})
 	}
-	meta := map[string]any{"name": spec.name, "labels": map[string]any{clusterLabel: spec.name}}
+	labels := map[string]any{clusterLabel: spec.name}
+	for k, v := range spec.labels {
+		labels[k] = v
+	}
+	meta := map[string]any{"name": spec.name, "labels": labels}
 	if spec.steer != "" {
 		meta["annotations"] = map[string]any{agentv1alpha1.AnnotationSteerPools: spec.steer}
 	}
@@ -388,7 +400,9 @@ func (f *fleet) installAgent(t *testing.T, w *workload) {
 	w.agentPod.Namespace = d.Namespace
 	_, kubeconfig := w.api.kubeconfig(t, "cluster-agent", w.api.token(t, d.Namespace, w.agentPod.Spec.ServiceAccountName))
 	w.agentArgs = append([]string{"--kubeconfig=" + kubeconfig}, w.agentPod.Spec.Containers[0].Args...)
-	w.startAgent(t, f)
+	if !w.spec.noAgent {
+		w.startAgent(t, f)
+	}
 }
 
 // steeringOverlay writes, in dir, an overlay that opts in to steering as

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +23,21 @@ type Process struct {
 	err    error // how it exited, once exited is closed
 	// hostPID is its PID as /proc knows it, once Usage found it.
 	hostPID int
+}
+
+// started are the processes StartProcess and StartProcessOf started, for
+// Started: the test binary's, whichever test started each.
+var started struct { //nolint:gochecknoglobals // One registry per test binary, as its processes are.
+	mu        sync.Mutex
+	processes []*Process
+}
+
+// Started returns every process the tests started, in the order started,
+// running or not: what a run's cost is read from (Usage).
+func Started() []*Process {
+	started.mu.Lock()
+	defer started.mu.Unlock()
+	return slices.Clone(started.processes)
 }
 
 // StartProcess starts bin with args, its output appended to
@@ -50,6 +67,9 @@ func StartProcessOf(t, owner *testing.T, logs, name, bin string, env []string, a
 		t.Fatalf("cannot start %s: %v", name, err)
 	}
 	p := &Process{Name: name, Log: log, cmd: cmd, exited: make(chan struct{})}
+	started.mu.Lock()
+	started.processes = append(started.processes, p)
+	started.mu.Unlock()
 	go func() {
 		p.err = cmd.Wait()
 		_ = f.Close()

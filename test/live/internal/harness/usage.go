@@ -17,8 +17,9 @@ const userHZ = 100
 type Usage struct {
 	// CPU is its user and system CPU time, in seconds, every thread.
 	CPU float64
-	// RSS is its resident memory now, in bytes.
-	RSS int64
+	// RSS is its resident memory now, and Peak the most it has had
+	// resident (VmHWM), in bytes.
+	RSS, Peak int64
 }
 
 // Usage reads what the process has used so far from /proc. A program's own
@@ -39,11 +40,19 @@ func (p *Process) Usage() (Usage, error) {
 	if err != nil {
 		return Usage{}, fmt.Errorf("cannot read the CPU time of %s: %w", p.Name, err)
 	}
-	rss, err := readProc(dir, "status", statusRSS)
+	status, err := readProc(dir, "status", func(s string) (string, error) { return s, nil })
 	if err != nil {
 		return Usage{}, fmt.Errorf("cannot read the memory of %s: %w", p.Name, err)
 	}
-	return Usage{CPU: cpu, RSS: rss}, nil
+	rss, err := statusKB(status, "VmRSS")
+	if err != nil {
+		return Usage{}, fmt.Errorf("cannot read the memory of %s: %w", p.Name, err)
+	}
+	peak, err := statusKB(status, "VmHWM")
+	if err != nil {
+		return Usage{}, fmt.Errorf("cannot read the peak memory of %s: %w", p.Name, err)
+	}
+	return Usage{CPU: cpu, RSS: rss, Peak: peak}, nil
 }
 
 // readProc reads the file name of a process's /proc directory dir with
@@ -139,15 +148,15 @@ func statCPU(stat string) (float64, error) {
 	return float64(utime+stime) / userHZ, nil
 }
 
-// statusRSS reads VmRSS of a status file, in bytes.
-func statusRSS(status string) (int64, error) {
-	v, ok := strings.CutSuffix(field(status, "VmRSS"), " kB")
+// statusKB reads a field in kB of a status file (VmRSS, VmHWM), in bytes.
+func statusKB(status, name string) (int64, error) {
+	v, ok := strings.CutSuffix(field(status, name), " kB")
 	if !ok {
-		return 0, errors.New("no VmRSS in kB in the process's status")
+		return 0, fmt.Errorf("no %s in kB in the process's status", name)
 	}
 	kb, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("cannot read VmRSS: %w", err)
+		return 0, fmt.Errorf("cannot read %s: %w", name, err)
 	}
 	return kb << 10, nil
 }

@@ -49,19 +49,22 @@ func TestStatCPU(t *testing.T) {
 }
 
 func TestStatusFields(t *testing.T) {
-	status := "Name:\tcrossplane\nPPid:\t1\nNSpid:\t4242\t7\nVmRSS:\t  123456 kB\n"
+	status := "Name:\tcrossplane\nPPid:\t1\nNSpid:\t4242\t7\nVmHWM:\t  234567 kB\nVmRSS:\t  123456 kB\n"
 	host, inner, err := nsPIDs(status)
 	if err != nil || host != 4242 || inner != 7 {
 		t.Errorf("nsPIDs(...) = %d, %d, %v, want 4242, 7, nil", host, inner, err)
 	}
-	if rss, err := statusRSS(status); err != nil || rss != 123456<<10 {
-		t.Errorf("statusRSS(...) = %d, %v, want %d, nil", rss, err, 123456<<10)
+	if rss, err := statusKB(status, "VmRSS"); err != nil || rss != 123456<<10 {
+		t.Errorf("statusKB(..., VmRSS) = %d, %v, want %d, nil", rss, err, 123456<<10)
+	}
+	if peak, err := statusKB(status, "VmHWM"); err != nil || peak != 234567<<10 {
+		t.Errorf("statusKB(..., VmHWM) = %d, %v, want %d, nil", peak, err, 234567<<10)
 	}
 	if _, _, err := nsPIDs("Name:\tx\n"); err == nil {
 		t.Error("nsPIDs of a status without NSpid: no error")
 	}
-	if _, err := statusRSS("Name:\tx\n"); err == nil {
-		t.Error("statusRSS of a status without VmRSS: no error")
+	if _, err := statusKB("Name:\tx\n", "VmRSS"); err == nil {
+		t.Error("statusKB of a status without VmRSS: no error")
 	}
 }
 
@@ -84,7 +87,7 @@ func TestUsageOfAChild(t *testing.T) {
 	if u.CPU < 0.2 {
 		t.Errorf("a shell counting to 300,000 used %.2fs of CPU in 30s, want 0.2s at least", u.CPU)
 	}
-	if u.RSS <= 0 {
-		t.Errorf("its RSS is %d, want more than none", u.RSS)
+	if u.RSS <= 0 || u.Peak < u.RSS {
+		t.Errorf("its RSS is %d and its peak %d, want more than none, the peak at least the RSS", u.RSS, u.Peak)
 	}
 }
