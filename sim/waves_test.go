@@ -29,6 +29,11 @@ func TestWaves(t *testing.T) {
 			spec:   WavesSpec{Clusters: 1, Nodes: 5, Waves: 1, Deployments: 4, Seed: 7},
 			want:   want{rounds: WaveRounds + wavesTailRounds, fleetGPUs: 40, pools: []int{3, 2}, demand: []int64{38}},
 		},
+		"OneWaveNoLow": {
+			reason: "One wave has no low wave: ten deployments fit a 32-GPU fleet's 95% (30) though not its 50%; each wants one replica at least, which takes the demand to 31.",
+			spec:   WavesSpec{Clusters: 1, Nodes: 4, Waves: 1, Deployments: 10, Seed: 1},
+			want:   want{rounds: WaveRounds + wavesTailRounds, fleetGPUs: 32, pools: []int{2, 2}, demand: []int64{31}},
+		},
 		"OneNode": {
 			reason: "One node is one pool.",
 			spec:   WavesSpec{Clusters: 2, Nodes: 1, Waves: 2, Deployments: 2, Seed: 1},

@@ -69,7 +69,7 @@ func TestScale(t *testing.T) {
 	}
 	sc, err := sim.Waves(ws)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s=%s: %v", envScale, size, err)
 	}
 	sets := []*scaleSet{
 		{name: "reported", prefix: "r-", mode: sim.Fresh()},
@@ -126,9 +126,22 @@ func TestScale(t *testing.T) {
 			if d := math.Abs(live.Stats().Mean-simulated.Stats().Mean) * 100; d > margin {
 				t.Errorf("%s: GPUs allocated, mean over time, live %.1f%% against fleetsim's %.1f%%: %.1f points apart, more than %s", s.name, 100*live.Stats().Mean, 100*simulated.Stats().Mean, d, m)
 			}
-			// With agents, the function places what fleetsim's does: what
-			// the control plane's lag moves is when, not whether.
-			if s.mode.Agent.Enabled && live.Result.Placed < simulated.Result.Placed {
+			// A set that holds next to nothing is broken, whatever the
+			// margin (whole nodes sit 11 points under fleetsim's 20.8%).
+			if live.Stats().Mean < simulated.Stats().Mean/4 {
+				t.Errorf("%s: GPUs allocated, mean over time, live %.1f%%: under a quarter of fleetsim's %.1f%%", s.name, 100*live.Stats().Mean, 100*simulated.Stats().Mean)
+			}
+			// With agents, the function places what fleetsim's does, at
+			// the demand's peak and at the end: what the control plane's
+			// lag moves is when, not whether.
+			if !s.mode.Agent.Enabled {
+				continue
+			}
+			peak := live.Stats().PeakRound
+			if lp, sp := placedAt(live.Result.Series, peak), placedAt(simulated.Result.Series, peak); lp < sp {
+				t.Errorf("%s: %d replicas placed at the demand's peak (round %d), fleetsim %d", s.name, lp, peak, sp)
+			}
+			if live.Result.Placed < simulated.Result.Placed {
 				t.Errorf("%s: %d replicas placed at the end, fleetsim %d", s.name, live.Result.Placed, simulated.Result.Placed)
 			}
 		}
@@ -142,11 +155,15 @@ type scaleRun struct {
 	sets []*scaleSet
 	tick time.Duration
 	runs map[string]*liveRun
-	// start and end bound the workload; usage is each process's at each.
+	// start and end bound the workload; usage is each process's at
+	// usageAt, just before the start and just after the end.
 	start, end time.Time
 	usage      [2]map[string]harness.Usage
+	usageAt    [2]time.Time
 	// requests are the control plane's API server's requests served, at
-	// start and end; busy the machine's CPU seconds busy.
+	// start and end (the test's own reads of the InferenceClusters, one a
+	// second, among them); busy the machine's CPU seconds busy at start
+	// and end, negative where /proc/stat could not be read.
 	requests [2]float64
 	busy     [2]float64
 	// reports are, per cluster and pool, when a report of each observedAt
@@ -204,12 +221,13 @@ type boundPod struct {
 // sample is one set's state at the end of a round.
 type sample struct {
 	gpus, demandGPUs int64
-	// orphanGPUs are held by pods of replicas the set no longer wants.
-	orphanGPUs      int64
-	wanted          int
-	placed, running int
-	pending         int
-	placedBy        map[string]int
+	// orphanGPUs are held by pods of replicas deleted or being deleted;
+	// allocated by the others, at most what each deployment wants.
+	orphanGPUs, allocated int64
+	wanted                int
+	placed, running       int
+	pending               int
+	placedBy              map[string]int
 }
 
 func (r *scaleRun) run(t *testing.T) {
@@ -223,16 +241,16 @@ func (r *scaleRun) run(t *testing.T) {
 	wg.Go(func() { r.watchReports(ctx) })
 	defer func() { stop(); wg.Wait() }()
 
-	r.usage[0] = usageOf(t)
-	r.busy[0] = cpuBusy()
 	r.requests[0] = requests(t, r.f.cp)
+	r.usage[0], r.usageAt[0] = usageOf(t), time.Now()
 	r.start = time.Now()
+	r.busy[0] = cpuBusy()
 	for round := range r.sc.Rounds {
 		at := r.start.Add(time.Duration(round) * r.tick)
 		for _, e := range r.sc.Events {
 			if e.Round == round {
 				for _, s := range r.sets {
-					r.apply(t, s, e, at)
+					r.apply(t, s, e)
 				}
 			}
 		}
@@ -242,10 +260,10 @@ func (r *scaleRun) run(t *testing.T) {
 		}
 		t.Logf("round %d: %s", round, r.summary())
 	}
-	r.end = time.Now()
-	r.requests[1] = requests(t, r.f.cp)
-	r.usage[1] = usageOf(t)
 	r.busy[1] = cpuBusy()
+	r.end = time.Now()
+	r.usage[1], r.usageAt[1] = usageOf(t), time.Now()
+	r.requests[1] = requests(t, r.f.cp)
 	// Why each deployment short of what it wants is short, as it says.
 	for _, s := range r.sets {
 		lr := r.runs[s.name]
@@ -271,21 +289,23 @@ func (r *scaleRun) summary() string {
 	return strings.Join(parts, "; ")
 }
 
-// apply creates or scales a set's deployment of an event at the time at.
-func (r *scaleRun) apply(t *testing.T, s *scaleSet, e sim.Event, at time.Time) {
+// apply creates or scales a set's deployment of an event.
+func (r *scaleRun) apply(t *testing.T, s *scaleSet, e sim.Event) {
 	t.Helper()
 	lr := r.runs[s.name]
 	name := s.prefix + e.Name
-	// A scale-up a later event overtakes did not finish.
-	if _, open := lr.scaleUps[e.Name]; open {
+	// A scale-up a later change of its deployment overtakes did not
+	// finish. Times are when the change is applied, not planned.
+	now := time.Now()
+	if _, open := lr.scaleUps[e.Name]; open && e.Replicas != lr.demand[e.Name] {
 		lr.unfinished++
 		delete(lr.scaleUps, e.Name)
 	}
 	if e.Replicas > lr.demand[e.Name] {
-		lr.scaleUps[e.Name] = at
+		lr.scaleUps[e.Name] = now
 	}
 	if e.Replicas < lr.demand[e.Name] && lr.releasing == nil {
-		lr.releasing = &at
+		lr.releasing = &now
 	}
 	lr.demand[e.Name] = e.Replicas
 	if e.Deployment == nil {
@@ -349,6 +369,8 @@ func (r *scaleRun) sample(t *testing.T, s *scaleSet, round int) {
 	smp.placed = len(replicas)
 	// Each replica's pods, bound or not, in the clusters of the set.
 	podsOf := map[string][]corev1.Pod{}
+	// heldBy is what each deployment's replicas not being deleted hold.
+	heldBy := map[string]int64{}
 	for _, cluster := range s.clusters {
 		// The pods of replicas the set wants, by uid.
 		replicaOfPod := map[string]string{}
@@ -387,13 +409,18 @@ func (r *scaleRun) sample(t *testing.T, s *scaleSet, round int) {
 			}
 			n := int64(len(c.Status.Allocation.Devices.Results))
 			smp.gpus += n
-			// A claim reserved for a pod of a replica the set no longer
-			// wants (deleted, or being deleted) holds GPUs for nothing.
+			// A claim reserved for a pod of a replica deleted or being
+			// deleted holds GPUs for nothing.
+			orphan := true
 			for _, owner := range c.Status.ReservedFor {
-				if _, wanted := replicaOfPod[string(owner.UID)]; !wanted {
-					smp.orphanGPUs += n
+				if replica, ok := replicaOfPod[string(owner.UID)]; ok {
+					heldBy[replicas[replica]] += n
+					orphan = false
 					break
 				}
+			}
+			if orphan {
+				smp.orphanGPUs += n
 			}
 		}
 	}
@@ -438,11 +465,26 @@ func (r *scaleRun) sample(t *testing.T, s *scaleSet, round int) {
 	}
 	lr.pendingSeconds += float64(smp.pending) * r.tick.Seconds()
 	lr.pendingMax = max(lr.pendingMax, smp.pending)
-	// What the wanted replicas hold is the allocation, as fleetsim counts
-	// it: there a removed replica's pods go at once.
-	lr.series = append(lr.series, sim.Point{Round: round, GPUs: smp.gpus - smp.orphanGPUs, DemandGPUs: smp.demandGPUs, Placed: smp.placed, Wanted: smp.wanted, Pending: smp.pending})
+	// The allocation, as fleetsim counts it, where a removed replica's
+	// pods go at once: what each deployment's replicas hold, at most what
+	// it wants (a replica dropped but not yet being deleted still holds).
+	for d, n := range heldBy {
+		smp.allocated += min(n, lr.demand[d]*r.sc.Shapes[d].PerReplica())
+	}
+	lr.series = append(lr.series, sim.Point{Round: round, GPUs: smp.allocated, DemandGPUs: smp.demandGPUs, Placed: smp.placed, Wanted: smp.wanted, Pending: smp.pending})
 	lr.orphans = append(lr.orphans, smp.orphanGPUs)
 	lr.last = smp
+}
+
+// placedAt is how many replicas were placed at the end of a round; -1 when
+// the series has no point for it.
+func placedAt(series []sim.Point, round int) int {
+	for _, p := range series {
+		if p.Round == round {
+			return p.Placed
+		}
+	}
+	return -1
 }
 
 // overPlaced says whether a deployment has more replicas placed than it
@@ -518,7 +560,7 @@ func (r *scaleRun) watchReports(ctx context.Context) {
 func (lr *liveRun) result(sc sim.Scenario) *sim.Result {
 	return &sim.Result{
 		Wanted: lr.last.wanted, Placed: lr.last.placed, Running: lr.last.running,
-		GPUs: lr.last.gpus, FleetGPUs: sim.FleetGPUs(sc.Clusters),
+		GPUs: lr.last.allocated, FleetGPUs: sim.FleetGPUs(sc.Clusters),
 		PendingMax: lr.pendingMax, PendingEnd: lr.last.pending, PendingSeconds: lr.pendingSeconds,
 		Series: lr.series, PlacedBy: lr.last.placedBy,
 	}
@@ -528,7 +570,7 @@ func (lr *liveRun) result(sc sim.Scenario) *sim.Result {
 // cluster, the time from its bind to the first report of its pool that
 // counts it seen in the InferenceCluster (observedAt a second or more past
 // the bind, which PodScheduled gives to the second).
-func (r *scaleRun) reportLatency(lr *liveRun) []time.Duration {
+func (r *scaleRun) reportLatency(lr *liveRun) (latencies []time.Duration, bound int) {
 	r.reportsMu.Lock()
 	defer r.reportsMu.Unlock()
 	var out []time.Duration
@@ -536,6 +578,7 @@ func (r *scaleRun) reportLatency(lr *liveRun) []time.Duration {
 		if b.at.Before(r.start) {
 			continue
 		}
+		bound++
 		for _, s := range r.reports[b.cluster+"/"+b.pool] {
 			if !s.observedAt.Before(b.at.Add(time.Second)) {
 				out = append(out, max(s.seen.Sub(b.at), 0))
@@ -543,12 +586,12 @@ func (r *scaleRun) reportLatency(lr *liveRun) []time.Duration {
 			}
 		}
 	}
-	return out
+	return out, bound
 }
 
 // scheduledLatency is, for each ModelReplica whose pods bound during the
 // run, the time from its last pod's bind to its PodsScheduled True.
-func (r *scaleRun) scheduledLatency(lr *liveRun) []time.Duration {
+func (r *scaleRun) scheduledLatency(lr *liveRun) (latencies []time.Duration, bound int) {
 	last := map[string]time.Time{}
 	for _, b := range lr.bound {
 		if b.at.After(last[b.replica]) {
@@ -556,12 +599,16 @@ func (r *scaleRun) scheduledLatency(lr *liveRun) []time.Duration {
 		}
 	}
 	var out []time.Duration
-	for replica, at := range lr.scheduled {
-		if b, ok := last[replica]; ok && !b.Before(r.start) {
+	for replica, b := range last {
+		if b.Before(r.start) {
+			continue
+		}
+		bound++
+		if at, ok := lr.scheduled[replica]; ok {
 			out = append(out, max(at.Sub(b), 0))
 		}
 	}
-	return out
+	return out, bound
 }
 
 // usageOf reads what every running process has used so far, by name.
@@ -665,23 +712,23 @@ func writeScaleReport(dir, size string, startup time.Duration, r *scaleRun, rows
 		return err
 	}
 	b.WriteString("\n## Latencies\n\n")
-	b.WriteString("| Set | Scale-ups to the last pod bound: done, p50 / p90 / p99 | not done before the next wave or the end | Bind to the pool's report in the InferenceCluster: pods, p50 / p99 | Last bind to PodsScheduled True: replicas, p50 / p99 | Scale-down wave to the last GPU of a removed replica free | most GPUs such pods held |\n")
+	b.WriteString("| Set | Scale-ups to the last pod bound: done, p50 / p90 / p99 | not done before the next wave or the end | Bind to the pool's report in the InferenceCluster: pods reported of those bound, p50 / p99 of those reported | Last bind to PodsScheduled True: replicas True of those bound, p50 / p99 of those True | Scale-down wave to the last GPU of a removed replica free | most GPUs such pods held |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range r.sets {
 		lr := r.runs[s.name]
 		reported := "no agent"
 		if s.mode.Agent.Enabled {
-			rl := r.reportLatency(lr)
-			reported = fmt.Sprintf("%d, %s / %s", len(rl), percentile(rl, 50), percentile(rl, 99))
+			rl, n := r.reportLatency(lr)
+			reported = fmt.Sprintf("%d of %d, %s / %s", len(rl), n, percentile(rl, 50), percentile(rl, 99))
 		}
-		sl := r.scheduledLatency(lr)
+		sl, n := r.scheduledLatency(lr)
 		release := "not by the end"
 		if len(lr.released) > 0 {
 			release = percentile(lr.released, 100)
 		}
-		fmt.Fprintf(&b, "| %s | %d, %s / %s / %s | %d | %s | %d, %s / %s | %s | %d |\n", s.name,
+		fmt.Fprintf(&b, "| %s | %d, %s / %s / %s | %d | %s | %d of %d, %s / %s | %s | %d |\n", s.name,
 			len(lr.done), percentile(lr.done, 50), percentile(lr.done, 90), percentile(lr.done, 99), lr.unfinished,
-			reported, len(sl), percentile(sl, 50), percentile(sl, 99), release, lr.orphansMax)
+			reported, len(sl), n, percentile(sl, 50), percentile(sl, 99), release, lr.orphansMax)
 	}
 	b.WriteString("\nWhy pods were Pending: their PodScheduled condition, counted over the samples (a pod Pending for three samples counts three times):\n\n| Set | Samples | PodScheduled |\n|---|---:|---|\n")
 	for _, s := range r.sets {
@@ -697,8 +744,14 @@ func writeScaleReport(dir, size string, startup time.Duration, r *scaleRun, rows
 		}
 	}
 	wall := r.end.Sub(r.start)
-	fmt.Fprintf(&b, "\n## Cost\n\nThe machine's %d cores were %.0f%% busy during the workload. The control plane's kube-apiserver served %.0f requests, %.1f a second. "+
-		"Each process's CPU time during the workload, and its peak resident memory since it started:\n\n", runtime.NumCPU(), 100*(r.busy[1]-r.busy[0])/wall.Seconds()/float64(runtime.NumCPU()), r.requests[1]-r.requests[0], (r.requests[1]-r.requests[0])/wall.Seconds())
+	busy := "unknown"
+	if r.busy[0] >= 0 && r.busy[1] >= 0 {
+		busy = fmt.Sprintf("%.0f%%", 100*(r.busy[1]-r.busy[0])/wall.Seconds()/float64(runtime.NumCPU()))
+	}
+	window := r.usageAt[1].Sub(r.usageAt[0])
+	fmt.Fprintf(&b, "\n## Cost\n\nThe machine's %d cores were %s busy during the workload. The control plane's kube-apiserver served %.0f requests (the test's own reads among them, one a second), %.1f a second. "+
+		"Each process's CPU time during the workload (the %s between two reads of it), and its peak resident memory since it started; a process that ended meanwhile is left out:\n\n",
+		runtime.NumCPU(), busy, r.requests[1]-r.requests[0], (r.requests[1]-r.requests[0])/wall.Seconds(), window.Round(time.Second))
 	b.WriteString("| Process | CPU seconds | share of a core | peak RSS (MiB) |\n|---|---:|---:|---:|\n")
 	end := r.usage[1]
 	names := make([]string, 0, len(end))
@@ -708,7 +761,10 @@ func writeScaleReport(dir, size string, startup time.Duration, r *scaleRun, rows
 	slices.Sort(names)
 	for _, n := range names {
 		cpu := end[n].CPU - r.usage[0][n].CPU
-		fmt.Fprintf(&b, "| %s | %.1f | %.1f%% | %d |\n", n, cpu, 100*cpu/wall.Seconds(), end[n].Peak>>20)
+		if _, ok := r.usage[0][n]; !ok {
+			continue // started during the workload: no first read
+		}
+		fmt.Fprintf(&b, "| %s | %.1f | %.1f%% | %d |\n", n, cpu, 100*cpu/window.Seconds(), end[n].Peak>>20)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "scale.md"), []byte(b.String()), 0o644); err != nil {
 		return err
@@ -734,23 +790,23 @@ func rowsJSON(rows []sim.Row) []map[string]any {
 }
 
 // cpuBusy is the CPU time every core has spent busy since boot, in seconds
-// (/proc/stat: user, nice, system, irq, softirq), as .ci/run reads it; 0
-// where there is none.
+// (/proc/stat: user, nice, system, irq, softirq), as .ci/run reads it; -1
+// where it cannot be read.
 func cpuBusy() float64 {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0
+		return -1
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	f := strings.Fields(line)
 	if len(f) < 8 || f[0] != "cpu" {
-		return 0
+		return -1
 	}
 	var ticks float64
 	for _, i := range []int{1, 2, 3, 6, 7} {
 		v, err := strconv.ParseFloat(f[i], 64)
 		if err != nil {
-			return 0
+			return -1
 		}
 		ticks += v
 	}
