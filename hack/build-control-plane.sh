@@ -9,6 +9,10 @@
 #   crossplane               Crossplane core, cmd/crossplane                (test/live/controlplane/crossplane)
 #   provider-kubernetes      provider-kubernetes, cmd/provider              (test/live/controlplane/provider-kubernetes)
 #   kwok                     sigs.k8s.io/kwok/cmd/kwok                      (test/live/controlplane/kwok)
+#   provider-helm            provider-helm, cmd/provider                    (test/live/controlplane/provider-helm)
+#
+# provider-helm is built only when named (./hack/test-agent-release.sh does):
+# no test in CI runs it, and its cold build takes about 5 minutes.
 #
 # Each comes from a wrapper module of its own, which pins the version and
 # keeps these dependencies out of every other module. A binary is rebuilt only
@@ -49,6 +53,9 @@ build() {
   local dir="${wrappers}/${wrapper}" bin="${out}/${name}" stamp="${out}/.${name}.stamp"
   local want
   want="${pkg} $(cat "${dir}/go.mod" "${dir}/go.sum" | sha256sum | cut -c1-16) $(go env GOVERSION) $(go env GOOS)/$(go env GOARCH)"
+  if [[ -n "${ldflags}" ]]; then
+    want+=" $(sha256sum <<<"${ldflags}" | cut -c1-16)"
+  fi
   if [[ -x "${bin}" && -f "${stamp}" && "$(cat "${stamp}")" == "${want}" ]]; then
     echo "bin/control-plane/${name} is current" >&2
     return
@@ -118,7 +125,7 @@ version() {
 if ${check}; then
   # A wrapper holds no Go code, only its go.mod's tool directives: tidy is
   # all there is to check (go vet would find no package to vet).
-  for wrapper in etcd kubernetes crossplane provider-kubernetes kwok; do
+  for wrapper in etcd kubernetes crossplane provider-kubernetes kwok provider-helm; do
     (cd "${wrappers}/${wrapper}" && go mod tidy -diff)
   done
 fi
@@ -146,3 +153,13 @@ build provider-kubernetes provider-kubernetes github.com/crossplane-contrib/prov
 # The kubelet of the live fleet's GPU pool nodes (test/live/fleet); its
 # own k8s.io v0.36.1, so its own build.
 build kwok kwok sigs.k8s.io/kwok/cmd/kwok ""
+
+# The control plane's provider-helm for the agent's Release
+# (./hack/test-agent-release.sh), only when named. Like provider-kubernetes
+# it serves controller-runtime's metrics on :8080, which no flag of either
+# changes, and the live tests run every process in one network namespace:
+# its default is linked to a free loopback port instead.
+if [[ " ${only[*]:-} " == *" provider-helm "* ]]; then
+  build provider-helm provider-helm github.com/crossplane-contrib/provider-helm/cmd/provider \
+    "-X sigs.k8s.io/controller-runtime/pkg/metrics/server.DefaultBindAddress=127.0.0.1:0"
+fi

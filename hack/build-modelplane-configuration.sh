@@ -36,10 +36,12 @@
 #                    (required)
 #   INPUT            a file holding fleet-scheduler's step input, a
 #                    scheduler.fn.modelplane.ai/v1beta1 Input (optional; the
-#                    defaults otherwise). The relay's step in the ModelReplica
-#                    Composition gets the same, so that both read one
-#                    observationMaxAge. A Composition edited after install is
-#                    put back by the package manager: set it here.
+#                    defaults otherwise). The relay's steps in the ModelReplica
+#                    and InferenceCluster Compositions get the same, so that
+#                    both read one observationMaxAge, and the relay reads
+#                    agentRelease there (docs/cluster-agent.md#a-release-with-every-cluster).
+#                    A Composition edited after install is put back by the
+#                    package manager: set it here.
 #   CROSSPLANE       crossplane CLI (default bin/crossplane, built if absent)
 set -euo pipefail
 
@@ -130,10 +132,11 @@ with_input() {
 }
 with_input "$root/example/composition.yaml" >"$pkg/modeldeployments.yaml"
 with_input "$root/deploy/relay/modelreplicas-composition.yaml" >"$pkg/modelreplicas.yaml"
+with_input "$root/deploy/relay/inferenceclusters-composition.yaml" >"$pkg/inferenceclusters.yaml"
 rename "$pkg/modeldeployments.yaml" "$pkg/apis/modeldeployments/composition.yaml"
-rename "$root/deploy/relay/inferenceclusters-composition.yaml" "$pkg/apis/inferenceclusters/composition.yaml"
+rename "$pkg/inferenceclusters.yaml" "$pkg/apis/inferenceclusters/composition.yaml"
 rename "$pkg/modelreplicas.yaml" "$pkg/apis/modelreplicas/composition.yaml"
-rm "$pkg/modeldeployments.yaml" "$pkg/modelreplicas.yaml"
+rm "$pkg/modeldeployments.yaml" "$pkg/inferenceclusters.yaml" "$pkg/modelreplicas.yaml"
 for f in modeldeployments inferenceclusters modelreplicas; do
 	if ! grep -q "name: \($scheduler\|$relay\)\$" "$pkg/apis/$f/composition.yaml"; then
 		echo "$0: the $f Composition names neither $scheduler nor $relay after renaming" >&2

@@ -68,7 +68,8 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 // cluster relays the pools' reports of an InferenceCluster, and says what
 // it did, as keys and values for the call's log line.
 func (f *Function) cluster(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, xr map[string]any) ([]any, error) {
-	in := relay.ClusterInput{Observed: xr, Composed: observedComposed(req)}
+	in := relay.ClusterInput{Observed: xr, Composed: observedComposed(req), Desired: desiredComposed(req)}
+	in.AgentRelease, in.AgentReleaseErr = agentRelease(req.GetInput())
 	if s, ok := req.GetDesired().GetComposite().GetResource().AsMap()["status"].(map[string]any); ok {
 		in.DesiredStatus = s
 	}
@@ -134,15 +135,9 @@ func (f *Function) replica(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 // (docs/spec.md#the-relay): the Composition that holds the one holds the
 // other beside it.
 func observationMaxAge(input *structpb.Struct) (time.Duration, error) {
-	in := input.AsMap()
-	v, set := in["observationMaxAge"]
-	if len(in) == 0 {
-		return time.ParseDuration(v1beta1.DefaultObservationMaxAge)
-	}
-	apiVersion, _ := in["apiVersion"].(string)
-	kind, _ := in["kind"].(string)
-	if apiVersion != v1beta1.APIVersion || kind != v1beta1.Kind {
-		return 0, fmt.Errorf("cannot read the relay's input: it is a %s %s, want fleet-scheduler's %s %s", apiVersion, kind, v1beta1.APIVersion, v1beta1.Kind)
+	v, set, err := inputField(input, "observationMaxAge")
+	if err != nil {
+		return 0, err
 	}
 	if !set {
 		return time.ParseDuration(v1beta1.DefaultObservationMaxAge)
@@ -156,6 +151,41 @@ func observationMaxAge(input *structpb.Struct) (time.Duration, error) {
 		return 0, fmt.Errorf("cannot read the relay's input: observationMaxAge: %s must be between %s and %s", s, v1beta1.MinObservationMaxAge, v1beta1.MaxObservationMaxAge)
 	}
 	return d, nil
+}
+
+// agentRelease is the agentRelease of the relay step's input, which is
+// fleet-scheduler's own Input kind; nil when there is no input or it sets
+// none.
+func agentRelease(input *structpb.Struct) (*v1beta1.AgentRelease, error) {
+	v, set, err := inputField(input, "agentRelease")
+	if err != nil || !set {
+		return nil, err
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the relay's input: agentRelease: %w", err)
+	}
+	r := &v1beta1.AgentRelease{}
+	if err := json.Unmarshal(b, r); err != nil {
+		return nil, fmt.Errorf("cannot read the relay's input: agentRelease %s: %w", render(v), err)
+	}
+	return r, nil
+}
+
+// inputField is a field of the relay step's input, which must be
+// fleet-scheduler's own Input kind; not set when there is no input.
+func inputField(input *structpb.Struct, field string) (any, bool, error) {
+	in := input.AsMap()
+	if len(in) == 0 {
+		return nil, false, nil
+	}
+	apiVersion, _ := in["apiVersion"].(string)
+	kind, _ := in["kind"].(string)
+	if apiVersion != v1beta1.APIVersion || kind != v1beta1.Kind {
+		return nil, false, fmt.Errorf("cannot read the relay's input: it is a %s %s, want fleet-scheduler's %s %s", apiVersion, kind, v1beta1.APIVersion, v1beta1.Kind)
+	}
+	v, set := in[field]
+	return v, set, nil
 }
 
 // render shows a value of the input as the JSON it came from.
@@ -181,6 +211,16 @@ func name(xr map[string]any) string {
 func observedComposed(req *fnv1.RunFunctionRequest) map[string]map[string]any {
 	out := map[string]map[string]any{}
 	for key, r := range req.GetObserved().GetResources() {
+		out[key] = r.GetResource().AsMap()
+	}
+	return out
+}
+
+// desiredComposed are the composed resources the earlier steps desire,
+// by key.
+func desiredComposed(req *fnv1.RunFunctionRequest) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for key, r := range req.GetDesired().GetResources() {
 		out[key] = r.GetResource().AsMap()
 	}
 	return out

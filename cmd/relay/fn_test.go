@@ -345,3 +345,87 @@ func TestCLIValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestRunFunctionAgentRelease(t *testing.T) {
+	call := func(t *testing.T, input string) *fnv1.RunFunctionRequest {
+		t.Helper()
+		req := &fnv1.RunFunctionRequest{
+			Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: st(t, `{apiVersion: modelplane.ai/v1alpha1, kind: InferenceCluster, metadata: {name: eks}}`)}},
+			Desired: &fnv1.State{
+				Composite: &fnv1.Resource{Resource: st(t, `{apiVersion: modelplane.ai/v1alpha1, kind: InferenceCluster, status: {providerConfigRef: {name: eks-kubeconfig}, gpuPools: []}}`)},
+				Resources: map[string]*fnv1.Resource{"cluster-provider-config-kubernetes": {Resource: st(t, `
+apiVersion: kubernetes.m.crossplane.io/v1alpha1
+kind: ClusterProviderConfig
+metadata: {name: eks-kubeconfig}
+spec: {credentials: {source: Secret, secretRef: {namespace: modelplane-system, name: eks, key: kubeconfig}}}`)}},
+			},
+		}
+		if input != "" {
+			req.Input = st(t, input)
+		}
+		return req
+	}
+	cases := map[string]struct {
+		reason   string
+		input    string
+		release  bool
+		warnings []string
+	}{
+		"NoInput": {
+			reason: "the InferenceCluster step of v0.1.0's Composition has no input: nothing is installed",
+		},
+		"NoAgentRelease": {
+			reason: "an input without agentRelease installs nothing",
+			input:  `{apiVersion: scheduler.fn.modelplane.ai/v1beta1, kind: Input, observationMaxAge: 5m}`,
+		},
+		"AgentRelease": {
+			reason:  "agentRelease composes the Release and its provider config, ready",
+			input:   `{apiVersion: scheduler.fn.modelplane.ai/v1beta1, kind: Input, agentRelease: {chart: "oci://registry.example.com/acme/charts/cluster-agent", version: 0.1.0, values: {replicas: 1}}}`,
+			release: true,
+		},
+		"WrongType": {
+			reason:   "a field of the wrong type is a warning naming it, and the reports are still relayed",
+			input:    `{apiVersion: scheduler.fn.modelplane.ai/v1beta1, kind: Input, agentRelease: {chart: "oci://registry.example.com/acme/charts/cluster-agent", version: 0.1.0, plainHTTP: "yes"}}`,
+			warnings: []string{`the cluster agent's Release is not composed: cannot read the relay's input: agentRelease {"chart":"oci://registry.example.com/acme/charts/cluster-agent","plainHTTP":"yes","version":"0.1.0"}: json: cannot unmarshal string into Go struct field AgentRelease.plainHTTP of type bool`},
+		},
+		"WrongKind": {
+			reason:   "an input of another kind is a warning",
+			input:    `{apiVersion: example.org/v1, kind: Other, agentRelease: {}}`,
+			warnings: []string{"the cluster agent's Release is not composed: cannot read the relay's input: it is a example.org/v1 Other, want fleet-scheduler's scheduler.fn.modelplane.ai/v1beta1 Input"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rsp, err := fn().RunFunction(context.Background(), call(t, tc.input))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var warnings []string
+			for _, r := range rsp.GetResults() {
+				if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
+					t.Errorf("%s\nRunFunction(...): fatal %q", tc.reason, r.GetMessage())
+				}
+				if r.GetSeverity() == fnv1.Severity_SEVERITY_WARNING {
+					warnings = append(warnings, r.GetMessage())
+				}
+			}
+			if diff := cmp.Diff(tc.warnings, warnings); diff != "" {
+				t.Errorf("%s\nRunFunction(...): -want warnings, +got:\n%s", tc.reason, diff)
+			}
+			r, pc := rsp.GetDesired().GetResources()["agent-release"], rsp.GetDesired().GetResources()["agent-release-provider-config"]
+			if got := r != nil && pc != nil; got != tc.release {
+				t.Fatalf("%s\nRunFunction(...): Release and provider config composed: %t, want %t", tc.reason, got, tc.release)
+			}
+			if !tc.release {
+				return
+			}
+			if r.GetReady() != fnv1.Ready_READY_TRUE || pc.GetReady() != fnv1.Ready_READY_TRUE {
+				t.Errorf("%s\nRunFunction(...): the Release and its provider config must be marked ready", tc.reason)
+			}
+			values := r.GetResource().AsMap()["spec"].(map[string]any)["forProvider"].(map[string]any)["values"]
+			if diff := cmp.Diff(map[string]any{"replicas": float64(1), "namespace": map[string]any{"create": false}}, values); diff != "" {
+				t.Errorf("%s\nRunFunction(...): the Release's values: -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}

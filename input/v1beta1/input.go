@@ -8,6 +8,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // AssumedBinding names the node the ledger assumes a cluster's scheduler binds
@@ -39,6 +40,7 @@ const (
 	DefaultObservationMaxAge       = "5m"
 	DefaultAssumedBinding          = AssumedBindingMostFree
 	DefaultReplaceUnscheduledAfter = "15m"
+	DefaultAgentReleaseNamespace   = "modelplane-cluster-agent"
 )
 
 // Bounds of ObservationMaxAge, which the function and the relay both
@@ -79,4 +81,44 @@ type Input struct {
 	// +optional
 	// +kubebuilder:default="15m"
 	ReplaceUnscheduledAfter *string `json:"replaceUnscheduledAfter,omitempty"`
+
+	// AgentRelease installs the cluster agent's Helm chart in every
+	// InferenceCluster's workload cluster, through a provider-helm Release
+	// that the relay composes with the cluster. Only the relay's step in the
+	// InferenceCluster Composition reads it; fleet-scheduler and the
+	// ModelReplica step ignore it. Absent, the relay installs nothing and
+	// the agent is installed on each cluster by hand
+	// (docs/cluster-agent.md#a-release-with-every-cluster).
+	// +optional
+	AgentRelease *AgentRelease `json:"agentRelease,omitempty"`
+}
+
+// AgentRelease is the cluster agent's chart, as a provider-helm Release
+// installs it in each workload cluster.
+type AgentRelease struct {
+	// Chart is the chart's OCI reference without its version, as
+	// ./hack/release.sh pushes it: oci://REGISTRY/charts/cluster-agent.
+	// +kubebuilder:validation:Pattern=`^oci://[^/]+/.+$`
+	Chart string `json:"chart"`
+
+	// Version is the chart's version, for example 0.1.0.
+	// +kubebuilder:validation:MinLength=1
+	Version string `json:"version"`
+
+	// Namespace is where the Release installs the agent in each workload
+	// cluster; the Release makes it when it does not exist.
+	// +optional
+	// +kubebuilder:default=modelplane-cluster-agent
+	Namespace *string `json:"namespace,omitempty"`
+
+	// Values are the chart's values (docs/cluster-agent.md), the same for
+	// every cluster. namespace.create is false unless they set it, since the
+	// Release makes the namespace.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	Values *runtime.RawExtension `json:"values,omitempty"`
+
+	// PlainHTTP pulls the chart over HTTP, from a registry without TLS.
+	// +optional
+	PlainHTTP bool `json:"plainHTTP,omitempty"`
 }

@@ -9,6 +9,7 @@ import (
 
 	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
 	"github.com/modelplaneai/fleet-scheduler/poolreport"
 )
 
@@ -56,6 +57,16 @@ type ClusterInput struct {
 	DesiredStatus map[string]any
 	// Composed are the observed composed resources, by key.
 	Composed map[string]map[string]any
+	// Desired are the composed resources the earlier steps of the
+	// pipeline desire in this call, by key.
+	Desired map[string]map[string]any
+	// AgentRelease is the relay's input's agentRelease: when set, the
+	// relay also composes the Release that installs the agent in the
+	// workload cluster.
+	AgentRelease *v1beta1.AgentRelease
+	// AgentReleaseErr says why the input's agentRelease could not be read:
+	// no Release is composed, and one composed before is kept.
+	AgentReleaseErr error
 }
 
 // ClusterOutput is what the relay adds to an InferenceCluster's call.
@@ -63,7 +74,8 @@ type ClusterOutput struct {
 	// Status is DesiredStatus with each pool's report set; nil to leave
 	// the status as the earlier steps wrote it.
 	Status map[string]any
-	// Resources are the Objects to compose, by key. All are ready.
+	// Resources are the Objects to compose, by key, and the agent's
+	// Release and its provider config when asked for. All are ready.
 	Resources map[string]map[string]any
 	Condition Condition
 	// Warnings name a report the relay left out, and why.
@@ -106,6 +118,8 @@ func Cluster(in ClusterInput) ClusterOutput {
 		ns = DefaultNamespace
 	}
 
+	addAgentRelease(in, ns, pc, &out)
+	objects := len(out.Resources)
 	for key, crd := range map[string]string{KeyCRDPoolObservations: CRDPoolObservations, KeyCRDReplicaObservations: CRDReplicaObservations} {
 		out.Resources[key] = object(ns, pc, map[string]any{
 			"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": map[string]any{"name": crd},
@@ -158,7 +172,7 @@ func Cluster(in ClusterInput) ClusterOutput {
 	}
 
 	switch {
-	case !open && len(out.Resources) == 2:
+	case !open && len(out.Resources) == objects+2:
 		out.Condition = Condition{
 			Type: ConditionPoolsObserved, Status: "False", Reason: ReasonAgentNotServed,
 			Message: "the workload cluster does not serve the cluster agent's " + CRDPoolObservations + " and " + CRDReplicaObservations + " yet: install the agent there",

@@ -50,6 +50,7 @@ kind: Input
 assumedBinding: LeastFree
 replaceUnscheduledAfter: 1m
 observationMaxAge: 4m
+agentRelease: {chart: "oci://registry.example.com/acme/charts/cluster-agent", version: 0.1.0}
 `
 
 // TestRelease runs ./hack/release.sh, the one command that builds and
@@ -483,22 +484,22 @@ func checkConfiguration(t *testing.T, ref, registry string) {
 				calls = append(calls, fmt.Sprint(dig(m, "functionRef", "name")))
 				inputs["ModelDeployment"] = m["input"]
 			}
-		case "Composition/modelreplicas.modelplane.ai":
+		case "Composition/modelreplicas.modelplane.ai", "Composition/inferenceclusters.modelplane.ai":
 			steps, _ := dig(obj, "spec", "pipeline").([]any)
 			for _, s := range steps {
 				m, _ := s.(map[string]any)
 				if dig(m, "functionRef", "name") == "acme-fleet-scheduler-relay" {
-					inputs["ModelReplica"] = m["input"]
+					inputs[fmt.Sprint(dig(obj, "spec", "compositeTypeRef", "kind"))] = m["input"]
 				}
 			}
 		}
 	}
-	// INPUT, in both Compositions' steps.
+	// INPUT, in the three Compositions' steps of this project.
 	var input map[string]any
 	if err := yaml.Unmarshal([]byte(releaseInput), &input); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(map[string]any{"ModelDeployment": input, "ModelReplica": input}, inputs); diff != "" {
+	if diff := cmp.Diff(map[string]any{"ModelDeployment": input, "ModelReplica": input, "InferenceCluster": input}, inputs); diff != "" {
 		t.Errorf("the rebuilt Compositions' inputs: -want, +got:\n%s", diff)
 	}
 	want := map[string][]string{

@@ -25,9 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/restmapper"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
-	"sigs.k8s.io/yaml"
 
 	"github.com/modelplaneai/fleet-scheduler/test/internal/pki"
 	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
@@ -59,7 +56,7 @@ func (cp *controlPlane) install(t *testing.T) []*unstructured.Unstructured {
 // installFrom is install of the kustomization in dir.
 func (cp *controlPlane) installFrom(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	objs := render(t, dir)
+	objs := harness.Kustomize(t, dir)
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cp.kube.Discovery()))
 	for _, u := range objs {
 		gvk := u.GroupVersionKind()
@@ -81,28 +78,6 @@ func (cp *controlPlane) installFrom(t *testing.T, dir string) []*unstructured.Un
 		if gvk.Kind != "CustomResourceDefinition" && gvk.Kind != "Namespace" {
 			cp.applyObject(t, mapper, u)
 		}
-	}
-	return objs
-}
-
-// render renders the kustomization in dir as `kubectl apply -k` does.
-func render(t *testing.T, dir string) []*unstructured.Unstructured {
-	t.Helper()
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		t.Fatalf("cannot render %s as kubectl apply -k does: %v", dir, err)
-	}
-	var objs []*unstructured.Unstructured
-	for _, r := range m.Resources() {
-		y, err := r.AsYAML()
-		if err != nil {
-			t.Fatal(err)
-		}
-		u := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(y, &u.Object); err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, u)
 	}
 	return objs
 }

@@ -22,6 +22,7 @@ import (
 	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/test/internal/testenv"
+	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
 )
 
 // ungatePatch removes the steering gate, and only it, from a pod: a
@@ -263,10 +264,10 @@ func TestSteeringPolicy(t *testing.T) {
 		t.Skip("SKIP: -short: the control plane takes a while to start")
 	}
 	cp := startControlPlane(t)
-	base := render(t, filepath.Join(cp.root, "deploy", "cluster-agent"))
+	base := harness.Kustomize(t, filepath.Join(cp.root, "deploy", "cluster-agent"))
 	overlay := steeringOverlay(t, cp.root)
-	objs := render(t, overlay)
-	component := render(t, filepath.Join(cp.root, "deploy", "cluster-agent", "steering"))
+	objs := harness.Kustomize(t, overlay)
+	component := harness.Kustomize(t, filepath.Join(cp.root, "deploy", "cluster-agent", "steering"))
 
 	t.Run("the default install has no steering; the component adds it and changes nothing else", func(t *testing.T) {
 		baseKeys := map[string]*unstructured.Unstructured{}

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +89,10 @@ func startFleet(t *testing.T) *fleet {
 	return startFleetOf(t, workloads(), map[string]string{"assumedBinding": "LeastFree", "replaceUnscheduledAfter": replaceAfter.String()})
 }
 
+// registryPlaceholder, in a value of the input startFleetOf is given,
+// stands for the fleet's registry on loopback, which is not known before.
+const registryPlaceholder = "${REGISTRY}"
+
 // startFleetOf starts the control plane and the workload clusters, the
 // function's step given input, and waits until every InferenceCluster is
 // Ready, with its pools' reports where its agent runs.
@@ -123,8 +129,15 @@ func startFleetOf(t *testing.T, workloads []workloadSpec, input map[string]strin
 	pki.WriteCertsDir(t, filepath.Join(f.certs, "crossplane"), pki.Client(t, f.ca, "crossplane"), f.ca)
 	f.startCrossplane(t, kubeconfig)
 	f.startProvider(t, kubeconfig)
+	if slices.ContainsFunc(workloads, func(w workloadSpec) bool { return w.agentByRelease }) {
+		f.startProviderHelm(t, kubeconfig)
+	}
 	// A registry on loopback; ServeRegistry names a package in it.
 	f.registry = strings.SplitN(testenv.ServeRegistry(t), "/", 2)[0]
+	input = maps.Clone(input)
+	for k, v := range input {
+		input[k] = strings.ReplaceAll(v, registryPlaceholder, f.registry)
+	}
 	apis, v031 := harness.BuildModelplaneStandIn(t, filepath.Join(root, "bin", "crossplane"))
 	// The README's path: a release, every artefact pushed (under the
 	// registry's root, so that the package manager names the Functions
@@ -156,6 +169,11 @@ func startFleetOf(t *testing.T, workloads []workloadSpec, input map[string]strin
 		started := time.Now()
 		f.clusters[w.name] = f.startWorkload(t, w)
 		t.Logf("workload cluster %s started in %s", w.name, time.Since(started).Round(time.Second))
+	}
+	for _, w := range f.clusters {
+		if w.spec.agentByRelease {
+			f.runReleasedAgent(t, w)
+		}
 	}
 	for name, w := range f.clusters {
 		want := []string{"Ready", "PoolsObserved"}
@@ -232,16 +250,41 @@ func (f *fleet) startCrossplane(t *testing.T, kubeconfig string) {
 // watched, so its status follows within seconds, not the 10-minute poll.
 func (f *fleet) startProvider(t *testing.T, kubeconfig string) {
 	t.Helper()
-	crds, err := filepath.Glob(filepath.Join(os.Getenv(envProvider), "package", "crds", "*.yaml"))
+	f.installProviderCRDs(t, "provider-kubernetes", os.Getenv(envProvider))
+	// Its conversion webhook serves on :9443 with a certificate of ours;
+	// nothing calls it (the CRDs name no webhook).
+	dir := filepath.Join(f.certs, "provider-kubernetes")
+	pki.WriteCertsDir(t, dir, pki.LoopbackServer(t, f.ca, "provider-kubernetes"), f.ca)
+	harness.StartProcess(t, f.logs, "provider-kubernetes", filepath.Join(f.bin, "provider-kubernetes"),
+		[]string{"KUBECONFIG=" + kubeconfig, "TLS_SERVER_CERTS_DIR=" + dir, "POD_NAMESPACE=" + crossplaneNamespace},
+		"--debug", "--enable-watches", "--health-probe-bind-addr=127.0.0.1:"+port(t),
+	).Running(t)
+}
+
+// startProviderHelm installs provider-helm's CRDs and runs it: the
+// provider of the relay's Release of the agent (TestAgentRelease).
+func (f *fleet) startProviderHelm(t *testing.T, kubeconfig string) {
+	t.Helper()
+	f.installProviderCRDs(t, "provider-helm", os.Getenv(envProviderHelm))
+	harness.StartProcess(t, f.logs, "provider-helm", filepath.Join(f.bin, "provider-helm"),
+		[]string{"KUBECONFIG=" + kubeconfig, "POD_NAMESPACE=" + crossplaneNamespace}, "--debug",
+	).Running(t)
+}
+
+// installProviderCRDs applies the CRDs of a provider's package, from its
+// module directory, and waits until each is Established.
+func (f *fleet) installProviderCRDs(t *testing.T, provider, module string) {
+	t.Helper()
+	crds, err := filepath.Glob(filepath.Join(module, "package", "crds", "*.yaml"))
 	if err != nil || len(crds) == 0 {
-		t.Fatalf("no CRDs of provider-kubernetes in %s: %v", os.Getenv(envProvider), err)
+		t.Fatalf("no CRDs of %s in %s: %v", provider, module, err)
 	}
 	for _, file := range crds {
 		for _, crd := range harness.ReadObjects(t, file) {
-			// The cluster-scoped Object converts between its versions
-			// through the provider's webhook, whose Service Crossplane's
-			// package manager fills in. Nothing here uses that kind:
-			// served without conversion.
+			// A cluster-scoped kind converts between its versions through
+			// the provider's webhook, whose Service Crossplane's package
+			// manager fills in. Nothing here uses those kinds: served
+			// without conversion.
 			if strategy, _, _ := unstructured.NestedString(crd.Object, "spec", "conversion", "strategy"); strategy == "Webhook" {
 				unstructured.RemoveNestedField(crd.Object, "spec", "conversion")
 			}
@@ -253,14 +296,6 @@ func (f *fleet) startProvider(t *testing.T, kubeconfig string) {
 			f.waitEstablished(t, crd.GetName())
 		}
 	}
-	// Its conversion webhook serves on :9443 with a certificate of ours;
-	// nothing calls it (the CRDs name no webhook).
-	dir := filepath.Join(f.certs, "provider-kubernetes")
-	pki.WriteCertsDir(t, dir, pki.LoopbackServer(t, f.ca, "provider-kubernetes"), f.ca)
-	harness.StartProcess(t, f.logs, "provider-kubernetes", filepath.Join(f.bin, "provider-kubernetes"),
-		[]string{"KUBECONFIG=" + kubeconfig, "TLS_SERVER_CERTS_DIR=" + dir, "POD_NAMESPACE=" + crossplaneNamespace},
-		"--debug", "--enable-watches", "--health-probe-bind-addr=127.0.0.1:"+port(t),
-	).Running(t)
 }
 
 // waitEstablished waits until a CRD is Established.

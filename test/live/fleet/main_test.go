@@ -37,6 +37,11 @@ const (
 	envCrossplane = "FLEET_CROSSPLANE" // Crossplane core's module directory (its CRDs)
 	envProvider   = "FLEET_PROVIDER"   // provider-kubernetes' module directory (its CRDs)
 	envKWOK       = "FLEET_KWOK"       // KWOK's module directory (its stages)
+	// envAgentRelease, set by ./hack/test-agent-release.sh, builds
+	// provider-helm for TestAgentRelease, which alone runs it; envProviderHelm
+	// is then its module directory (its CRDs).
+	envAgentRelease = "FLEET_AGENT_RELEASE"
+	envProviderHelm = "FLEET_PROVIDER_HELM"
 )
 
 // suite runs the tests in network and PID namespaces of their own: only
@@ -59,11 +64,12 @@ func prepare(root, logs string) ([]string, error) {
 	crossplane := filepath.Join(root, "bin", "crossplane")
 	standin := filepath.Join(artifacts, "standin")
 	static := []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + runtime.GOARCH}
-	steps := []struct {
+	type step struct {
 		name, dir string
 		env       []string
 		cmd       []string
-	}{
+	}
+	steps := []step{
 		{name: "build-control-plane", dir: root, cmd: []string{"./hack/build-control-plane.sh"}},
 		{name: "build-crossplane", dir: root, cmd: []string{"./hack/build-crossplane.sh"}},
 		{name: "build-xpkg", dir: root, env: []string{"ARCHS=" + runtime.GOARCH, "OUTPUT_DIR=" + artifacts, "CROSSPLANE=" + crossplane}, cmd: []string{"./hack/build-xpkg.sh"}},
@@ -80,6 +86,16 @@ func prepare(root, logs string) ([]string, error) {
 		{name: "build-release-tools", dir: root, cmd: []string{"./hack/build-release-tools.sh"}},
 		{name: "build-standin-xpkg", dir: root, cmd: []string{crossplane, "xpkg", "build", "--package-root=" + filepath.Join(root, "test", "live", "fleet", "standin", "package"), "-o", filepath.Join(standin, "standin.xpkg")}},
 	}
+	type module struct{ env, wrapper, module string }
+	modules := []module{
+		{envCrossplane, "crossplane", "github.com/crossplane/crossplane/v2"},
+		{envProvider, "provider-kubernetes", "github.com/crossplane-contrib/provider-kubernetes"},
+		{envKWOK, "kwok", "sigs.k8s.io/kwok"},
+	}
+	if os.Getenv(envAgentRelease) != "" {
+		steps = append(steps, step{name: "build-provider-helm", dir: root, cmd: []string{"./hack/build-control-plane.sh", "provider-helm"}})
+		modules = append(modules, module{envProviderHelm, "provider-helm", "github.com/crossplane-contrib/provider-helm"})
+	}
 	for _, s := range steps {
 		started := time.Now()
 		out, err := testenv.Run(context.Background(), s.dir, s.env, s.cmd[0], s.cmd[1:]...)
@@ -93,11 +109,7 @@ func prepare(root, logs string) ([]string, error) {
 		fmt.Fprintf(os.Stderr, "live-fleet: %s done in %s (log: %s)\n", s.name, time.Since(started).Round(time.Second), log)
 	}
 	env := []string{envArtifacts + "=" + artifacts}
-	for _, m := range []struct{ env, wrapper, module string }{
-		{envCrossplane, "crossplane", "github.com/crossplane/crossplane/v2"},
-		{envProvider, "provider-kubernetes", "github.com/crossplane-contrib/provider-kubernetes"},
-		{envKWOK, "kwok", "sigs.k8s.io/kwok"},
-	} {
+	for _, m := range modules {
 		dir, err := testenv.Run(context.Background(), filepath.Join(root, "test", "live", "controlplane", m.wrapper),
 			[]string{"GOWORK=off", "GOFLAGS=-mod=readonly"}, "go", "list", "-m", "-f", "{{.Dir}}", m.module)
 		if err != nil {

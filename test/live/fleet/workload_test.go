@@ -17,8 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
 	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
@@ -49,6 +47,10 @@ type workloadSpec struct {
 	// noAgent installs the agent's CRDs and objects but runs no agent:
 	// its pools are never reported, and fall back to whole nodes.
 	noAgent bool
+	// agentByRelease leaves installing the agent to the relay's Release
+	// (the input's agentRelease, provider-helm): the test runs the agent
+	// only once the Release has applied its Deployment (TestAgentRelease).
+	agentByRelease bool
 }
 
 // poolSpec is a GPU pool: nodes of one InferenceClass.
@@ -173,7 +175,9 @@ func (f *fleet) startWorkload(t *testing.T, spec workloadSpec) *workload {
 	w.register(t)
 	w.heartbeat(t, f, systemNode)
 	w.startKWOK(t, f)
-	f.installAgent(t, w)
+	if !spec.agentByRelease {
+		f.installAgent(t, w)
+	}
 
 	// The control plane reaches the cluster through a kubeconfig Secret,
 	// as an Existing InferenceCluster's spec names it.
@@ -334,22 +338,7 @@ func (w *workload) node(t *testing.T, name string, labels map[string]string, tai
 // two, the other waiting on the Lease.
 func (f *fleet) installAgent(t *testing.T, w *workload) {
 	t.Helper()
-	dir := steeringOverlay(t, f.root, filepath.Join(f.logs, w.spec.name))
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		t.Fatalf("cannot render deploy/cluster-agent/ with deploy/cluster-agent/steering/ as kubectl apply -k does: %v", err)
-	}
-	for _, r := range m.Resources() {
-		y, err := r.AsYAML()
-		if err != nil {
-			t.Fatal(err)
-		}
-		u := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(y, &u.Object); err != nil {
-			t.Fatal(err)
-		}
-		w.manifests = append(w.manifests, u)
-	}
+	w.manifests = harness.Kustomize(t, steeringOverlay(t, f.root, filepath.Join(f.logs, w.spec.name)))
 	first := func(u *unstructured.Unstructured) bool {
 		return u.GetKind() == "CustomResourceDefinition" || u.GetKind() == "Namespace"
 	}
@@ -396,6 +385,13 @@ func (f *fleet) installAgent(t *testing.T, w *workload) {
 	if d == nil {
 		t.Fatal("deploy/cluster-agent/ has no Deployment")
 	}
+	f.runAgentOf(t, w, d)
+}
+
+// runAgentOf runs the agent as the Deployment d says, as its
+// ServiceAccount, unless the cluster runs none.
+func (f *fleet) runAgentOf(t *testing.T, w *workload, d *appsv1.Deployment) {
+	t.Helper()
 	w.agentPod = d.Spec.Template
 	w.agentPod.Namespace = d.Namespace
 	_, kubeconfig := w.api.kubeconfig(t, "cluster-agent", w.api.token(t, d.Namespace, w.agentPod.Spec.ServiceAccountName))
