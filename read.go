@@ -33,6 +33,10 @@ func readRequest(req *fnv1.RunFunctionRequest) (plan.Settings, *v1alpha1.ModelDe
 	return settings, xr, err
 }
 
+// relayOnlyField is the input's field only the relay reads
+// (v1beta1.Input.AgentRelease).
+const relayOnlyField = "agentRelease"
+
 // readInput reads the optional function input, every default applied.
 // Errors name the field: a wrong apiVersion or kind, a field the input does
 // not have (a newer Composition's, or a misspelling), a value out of range.
@@ -40,8 +44,15 @@ func readInput(req *fnv1.RunFunctionRequest) (plan.Settings, error) {
 	if req.GetInput() == nil {
 		return plan.Defaults(), nil
 	}
-	form := checkInputForm(req.GetInput())
-	in, err := decodeStruct[v1beta1.Input](req.GetInput(), "Function input")
+	input := req.GetInput()
+	if _, ok := input.GetFields()[relayOnlyField]; ok {
+		// The relay's alone: its mistakes are the relay's Warnings, never a
+		// reason for the function to place nothing.
+		input = proto.CloneOf(input)
+		delete(input.GetFields(), relayOnlyField)
+	}
+	form := checkInputForm(input)
+	in, err := decodeStruct[v1beta1.Input](input, "Function input")
 	switch {
 	case err != nil && len(form) > 0:
 		// One message names every error: the form's too, not only the

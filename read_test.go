@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -189,6 +190,45 @@ func TestRunFunctionFatal(t *testing.T) {
 			want := []*fnv1.Result{result(fnv1.Severity_SEVERITY_FATAL, tc.want)}
 			if diff := cmp.Diff(want, rsp.GetResults(), protocmp.Transform()); diff != "" {
 				t.Errorf("%s\nRunFunction(...) results: -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+func TestReadInputLeavesAgentReleaseToTheRelay(t *testing.T) {
+	cases := map[string]struct {
+		reason string
+		input  string
+	}{
+		"Valid": {
+			reason: "the relay's agentRelease is not the function's to read",
+			input:  `{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","observationMaxAge":"10m","agentRelease":{"chart":"oci://registry.example.com/acme/charts/cluster-agent","version":"0.1.0"}}`,
+		},
+		"WrongTypes": {
+			reason: "a mistake in agentRelease is the relay's Warning, never the function's Fatal: every ModelDeployment would place nothing",
+			input:  `{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","observationMaxAge":"10m","agentRelease":{"version":1.0,"plainHTTP":"yes","values":[1]}}`,
+		},
+		"NotAnObject": {
+			reason: "an agentRelease that is not an object is the relay's to say too",
+			input:  `{"apiVersion":"scheduler.fn.modelplane.ai/v1beta1","kind":"Input","observationMaxAge":"10m","agentRelease":"x"}`,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			in := &structpb.Struct{}
+			if err := protojson.Unmarshal([]byte(tc.input), in); err != nil {
+				t.Fatal(err)
+			}
+			before := proto.CloneOf(in)
+			s, err := readInput(&fnv1.RunFunctionRequest{Input: in})
+			if err != nil {
+				t.Fatalf("%s\nreadInput(...): %v", tc.reason, err)
+			}
+			if s.ObservationMaxAge != 10*time.Minute {
+				t.Errorf("%s\nreadInput(...): observationMaxAge %s, want the input's 10m", tc.reason, s.ObservationMaxAge)
+			}
+			if diff := cmp.Diff(before, in, protocmp.Transform()); diff != "" {
+				t.Errorf("%s\nreadInput(...) changed the request's input: -before, +after:\n%s", tc.reason, diff)
 			}
 		})
 	}

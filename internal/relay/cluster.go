@@ -104,6 +104,7 @@ func Cluster(in ClusterInput) ClusterOutput {
 		pc = stringAt(in.Observed, "status", "providerConfigRef", "name")
 	}
 	if pc == "" {
+		keepAgentRelease(in, &out)
 		out.Condition = Condition{
 			Type: ConditionPoolsObserved, Status: "False", Reason: ReasonNoProviderConfig,
 			Message: "the InferenceCluster has no status.providerConfigRef yet: its workload cluster cannot be reached",

@@ -2,11 +2,13 @@ package relay
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"regexp"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/modelplaneai/fleet-scheduler/input/v1beta1"
 )
@@ -36,8 +38,34 @@ const (
 )
 
 // chartReference is what AgentRelease.Chart must look like: an OCI
-// repository with a path.
-var chartReference = regexp.MustCompile(`^oci://[^/\s]+/\S+$`)
+// repository with a path, ending in the chart's name.
+var chartReference = regexp.MustCompile(`^oci://[^/\s]+/(\S+/)?[^/\s]+$`)
+
+// namespaceName is a namespace's name, a DNS-1123 label of at most 63.
+var namespaceName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// keepAgentRelease keeps in out the agent's Release composed before, as it
+// exists, when the input asks for one but the call cannot compose it (the
+// cluster has no provider config yet, or no more): a Release no longer
+// desired would be deleted, and the agent uninstalled.
+func keepAgentRelease(in ClusterInput, out *ClusterOutput) {
+	if in.AgentRelease == nil && in.AgentReleaseErr == nil {
+		return
+	}
+	maps.Copy(out.Resources, composedAgentRelease(in.Composed))
+}
+
+// composedAgentRelease is the agent's Release and its provider config as
+// composed before, by key; empty when there are none.
+func composedAgentRelease(composed map[string]map[string]any) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for _, key := range []string{KeyAgentRelease, KeyAgentReleaseProviderConfig} {
+		if o, ok := composed[key]; ok {
+			out[key] = asComposed(o)
+		}
+	}
+	return out
+}
 
 // addAgentRelease adds to out the agent's Release, when the input asks
 // for one, or the warning that says why there is none.
@@ -63,12 +91,7 @@ func addAgentRelease(in ClusterInput, ns, pc string, out *ClusterOutput) {
 // when set, is why the input could not be read.
 func agentRelease(r *v1beta1.AgentRelease, inputErr error, ns, pc string, desired, composed map[string]map[string]any) (map[string]map[string]any, string) {
 	kept := func(why string) (map[string]map[string]any, string) {
-		out := map[string]map[string]any{}
-		for _, key := range []string{KeyAgentRelease, KeyAgentReleaseProviderConfig} {
-			if o, ok := composed[key]; ok {
-				out[key] = asComposed(o)
-			}
-		}
+		out := composedAgentRelease(composed)
 		if len(out) > 0 {
 			why += "; the Release composed before is kept as it is"
 		}
@@ -93,15 +116,7 @@ func agentRelease(r *v1beta1.AgentRelease, inputErr error, ns, pc string, desire
 		pcSpec["identity"] = id
 	}
 
-	values := map[string]any{}
-	if r.Values != nil && len(r.Values.Raw) > 0 {
-		// validAgentRelease decoded it once already.
-		_ = json.Unmarshal(r.Values.Raw, &values)
-	}
-	// The Release makes the namespace; the chart's own would collide.
-	if _, set := values["namespace"]; !set {
-		values["namespace"] = map[string]any{"create": false}
-	}
+	values := chartValues(r)
 	namespace := v1beta1.DefaultAgentReleaseNamespace
 	if r.Namespace != nil && *r.Namespace != "" {
 		namespace = *r.Namespace
@@ -144,16 +159,39 @@ func validAgentRelease(r *v1beta1.AgentRelease) error {
 	if strings.ContainsAny(r.Chart[strings.LastIndex(r.Chart, "/"):], ":@") {
 		return fmt.Errorf("input agentRelease.chart %q must not carry a version: set agentRelease.version", r.Chart)
 	}
-	if strings.TrimSpace(r.Version) == "" {
-		return fmt.Errorf("input agentRelease.version is empty: set the chart's version, for example 0.1.0")
+	if r.Version == "" || strings.ContainsFunc(r.Version, unicode.IsSpace) {
+		return fmt.Errorf("input agentRelease.version %q must be the chart's version, for example 0.1.0", r.Version)
+	}
+	if r.Namespace != nil && *r.Namespace != "" && !namespaceName.MatchString(*r.Namespace) {
+		return fmt.Errorf("input agentRelease.namespace %q must be a namespace's name: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit", *r.Namespace)
 	}
 	if r.Values != nil && len(r.Values.Raw) > 0 {
 		var values map[string]any
 		if err := json.Unmarshal(r.Values.Raw, &values); err != nil {
 			return fmt.Errorf("input agentRelease.values must be an object of the chart's values: %w", err)
 		}
+		if create, _ := mapAt(values, "namespace")["create"].(bool); create {
+			return errors.New("input agentRelease.values.namespace.create must not be true: the Release makes the namespace, and Helm would refuse the chart's own")
+		}
 	}
 	return nil
+}
+
+// chartValues are the Release's values: the input's, with namespace.create
+// false unless they set it, since the Release makes the namespace.
+func chartValues(r *v1beta1.AgentRelease) map[string]any {
+	var values map[string]any
+	if r.Values != nil && len(r.Values.Raw) > 0 {
+		// validAgentRelease decoded it once already; null decodes to nil.
+		_ = json.Unmarshal(r.Values.Raw, &values)
+	}
+	if values == nil {
+		values = map[string]any{}
+	}
+	if _, set := values["namespace"]; !set {
+		values["namespace"] = map[string]any{"create": false}
+	}
+	return values
 }
 
 // kubernetesProviderConfig is provider-kubernetes' ClusterProviderConfig
@@ -172,15 +210,18 @@ func kubernetesProviderConfig(pc string, desired, composed map[string]map[string
 	return nil
 }
 
-// asComposed is an observed composed resource as it was desired: its
-// kind, name, namespace, annotations and spec, without what the API
-// server and the provider wrote.
+// asComposed is an observed composed resource as the relay desired it:
+// its kind, name, namespace, Helm release name and spec, without what the
+// API server, Crossplane and the provider wrote to its metadata.
 func asComposed(o map[string]any) map[string]any {
 	meta := map[string]any{}
-	for _, f := range []string{"name", "namespace", "annotations"} {
+	for _, f := range []string{"name", "namespace"} {
 		if v, ok := mapAt(o, "metadata")[f]; ok {
 			meta[f] = v
 		}
+	}
+	if v, ok := mapAt(o, "metadata", "annotations")[annotationExternalName]; ok {
+		meta["annotations"] = map[string]any{annotationExternalName: v}
 	}
 	out := map[string]any{"apiVersion": o["apiVersion"], "kind": o["kind"], "metadata": meta}
 	if spec, ok := o["spec"]; ok {

@@ -63,6 +63,12 @@ func TestAgentRelease(t *testing.T) {
 		meta["name"] = "eks-4f7k2"
 		meta["uid"] = "0b6f"
 		meta["resourceVersion"] = "812"
+		meta["annotations"] = map[string]any{
+			"crossplane.io/external-name":             "mp-cluster-agent",
+			"crossplane.io/external-create-succeeded": "2026-10-20T20:06:00Z",
+			"crossplane.io/composition-resource-name": "agent-release",
+		}
+		meta["finalizers"] = []any{"finalizer.managedresource.crossplane.io"}
 		r["status"] = map[string]any{"atProvider": map[string]any{"revision": int64(1)}}
 		return r
 	}
@@ -91,14 +97,14 @@ func TestAgentRelease(t *testing.T) {
 			},
 		},
 		"ValuesNamespaceAndPlainHTTP": {
-			reason: "values pass through, namespace.create too when they set it; the namespace and plain HTTP are the input's",
+			reason: "values pass through, namespace.create too when they set it false; the namespace and plain HTTP are the input's",
 			in: func(t *testing.T) ClusterInput {
 				t.Helper()
 				r := valid()
 				ns := "gpu-agent"
 				r.Namespace = &ns
 				r.PlainHTTP = true
-				r.Values = &runtime.RawExtension{Raw: []byte(`{"podNamespaces":["serving"],"namespace":{"create":true}}`)}
+				r.Values = &runtime.RawExtension{Raw: []byte(`{"podNamespaces":["serving"],"namespace":{"create":false,"labels":{"team":"ml"}}}`)}
 				return ClusterInput{DesiredStatus: y(t, clusterStatus), Desired: desired(t), AgentRelease: r}
 			},
 			want: want{
@@ -108,7 +114,7 @@ func TestAgentRelease(t *testing.T) {
 					fp := mapAt(r, "spec", "forProvider")
 					fp["namespace"] = "gpu-agent"
 					fp["plainHTTP"] = true
-					fp["values"] = map[string]any{"podNamespaces": []any{"serving"}, "namespace": map[string]any{"create": true}}
+					fp["values"] = map[string]any{"podNamespaces": []any{"serving"}, "namespace": map[string]any{"create": false, "labels": map[string]any{"team": "ml"}}}
 					return map[string]map[string]any{KeyAgentRelease: r, KeyAgentReleaseProviderConfig: y(t, helmPC)}
 				},
 				reason: ReasonAgentNotServed,
@@ -154,60 +160,8 @@ func TestAgentRelease(t *testing.T) {
 				reason:   ReasonAgentNotServed,
 			},
 		},
-		"ChartNotOCI": {
-			reason: "a chart that is not an OCI reference is refused by name",
-			in: func(t *testing.T) ClusterInput {
-				t.Helper()
-				r := valid()
-				r.Chart = "https://charts.example.com/cluster-agent"
-				return ClusterInput{DesiredStatus: y(t, clusterStatus), Desired: desired(t), AgentRelease: r}
-			},
-			want: want{
-				warnings: []string{`the cluster agent's Release is not composed: input agentRelease.chart "https://charts.example.com/cluster-agent" must be the chart's OCI reference without its version, as oci://REGISTRY/charts/cluster-agent`},
-				reason:   ReasonAgentNotServed,
-			},
-		},
-		"ChartWithVersion": {
-			reason: "a chart reference with a tag is refused: the version has a field of its own",
-			in: func(t *testing.T) ClusterInput {
-				t.Helper()
-				r := valid()
-				r.Chart = "oci://localhost:5000/charts/cluster-agent:0.1.0"
-				return ClusterInput{DesiredStatus: y(t, clusterStatus), Desired: desired(t), AgentRelease: r}
-			},
-			want: want{
-				warnings: []string{`the cluster agent's Release is not composed: input agentRelease.chart "oci://localhost:5000/charts/cluster-agent:0.1.0" must not carry a version: set agentRelease.version`},
-				reason:   ReasonAgentNotServed,
-			},
-		},
-		"NoVersion": {
-			reason: "an empty version is refused: provider-helm would take whatever is newest",
-			in: func(t *testing.T) ClusterInput {
-				t.Helper()
-				r := valid()
-				r.Version = " "
-				return ClusterInput{DesiredStatus: y(t, clusterStatus), Desired: desired(t), AgentRelease: r}
-			},
-			want: want{
-				warnings: []string{"the cluster agent's Release is not composed: input agentRelease.version is empty: set the chart's version, for example 0.1.0"},
-				reason:   ReasonAgentNotServed,
-			},
-		},
-		"ValuesNotAnObject": {
-			reason: "values that are not an object are refused",
-			in: func(t *testing.T) ClusterInput {
-				t.Helper()
-				r := valid()
-				r.Values = &runtime.RawExtension{Raw: []byte(`["podNamespaces"]`)}
-				return ClusterInput{DesiredStatus: y(t, clusterStatus), Desired: desired(t), AgentRelease: r}
-			},
-			want: want{
-				warnings: []string{"the cluster agent's Release is not composed: input agentRelease.values must be an object of the chart's values: json: cannot unmarshal array into Go value of type map[string]interface {}"},
-				reason:   ReasonAgentNotServed,
-			},
-		},
 		"BadInputKeepsRelease": {
-			reason: "a Release composed before is kept as it exists, less what the server wrote, when the input goes wrong: never uninstalled by a typo",
+			reason: "a Release composed before is kept as it exists, less what the server, Crossplane and provider-helm wrote to its metadata, when the input goes wrong: never uninstalled by a typo",
 			in: func(t *testing.T) ClusterInput {
 				t.Helper()
 				composed := map[string]map[string]any{KeyAgentRelease: observedRelease(t), KeyAgentReleaseProviderConfig: y(t, helmPC)}
@@ -239,6 +193,48 @@ func TestAgentRelease(t *testing.T) {
 				reason: ReasonPoolsNotReported,
 			},
 		},
+		"NullValues": {
+			reason: "values null are no values",
+			in: func(t *testing.T) ClusterInput {
+				t.Helper()
+				r := valid()
+				r.Values = &runtime.RawExtension{Raw: []byte(`null`)}
+				return ClusterInput{DesiredStatus: y(t, clusterStatus), Desired: desired(t), AgentRelease: r}
+			},
+			want: want{
+				resources: func(t *testing.T) map[string]map[string]any {
+					t.Helper()
+					return map[string]map[string]any{KeyAgentRelease: y(t, release), KeyAgentReleaseProviderConfig: y(t, helmPC)}
+				},
+				reason: ReasonAgentNotServed,
+			},
+		},
+		"NoProviderConfigRefKeepsRelease": {
+			reason: "a Release composed before is kept while the cluster's status names no provider config: an earlier step's lapse never uninstalls the agent",
+			in: func(t *testing.T) ClusterInput {
+				t.Helper()
+				composed := map[string]map[string]any{KeyAgentRelease: observedRelease(t), KeyAgentReleaseProviderConfig: y(t, helmPC)}
+				return ClusterInput{Observed: y(t, `metadata: {name: eks}`), Composed: composed, AgentRelease: valid()}
+			},
+			want: want{
+				resources: func(t *testing.T) map[string]map[string]any {
+					t.Helper()
+					r := y(t, release)
+					mapAt(r, "metadata")["name"] = "eks-4f7k2"
+					return map[string]map[string]any{KeyAgentRelease: r, KeyAgentReleaseProviderConfig: y(t, helmPC)}
+				},
+				reason: ReasonNoProviderConfig,
+			},
+		},
+		"NoAgentReleaseDropsIt": {
+			reason: "an input without agentRelease composes none, even where one was composed: that is how the agent is uninstalled",
+			in: func(t *testing.T) ClusterInput {
+				t.Helper()
+				composed := map[string]map[string]any{KeyAgentRelease: observedRelease(t), KeyAgentReleaseProviderConfig: y(t, helmPC)}
+				return ClusterInput{DesiredStatus: y(t, clusterStatus), Desired: desired(t), Composed: composed}
+			},
+			want: want{reason: ReasonAgentNotServed},
+		},
 		"NoProviderConfigRef": {
 			reason: "without the cluster's providerConfigRef nothing is composed, the Release neither",
 			in: func(t *testing.T) ClusterInput {
@@ -269,6 +265,76 @@ func TestAgentRelease(t *testing.T) {
 			}
 			if out.Condition.Reason != tc.want.reason {
 				t.Errorf("%s\nCluster(...): PoolsObserved %s, want %s", tc.reason, out.Condition.Reason, tc.want.reason)
+			}
+		})
+	}
+}
+
+func TestAgentReleaseInputRefused(t *testing.T) {
+	cases := map[string]struct {
+		reason string
+		change func(r *v1beta1.AgentRelease)
+		want   string // the warning, after "the cluster agent's Release is not composed: "
+	}{
+		"ChartNotOCI": {
+			reason: "a chart that is not an OCI reference is refused by name",
+			change: func(r *v1beta1.AgentRelease) { r.Chart = "https://charts.example.com/cluster-agent" },
+			want:   `input agentRelease.chart "https://charts.example.com/cluster-agent" must be the chart's OCI reference without its version, as oci://REGISTRY/charts/cluster-agent`,
+		},
+		"ChartWithoutName": {
+			reason: "a chart reference ending in a slash names no chart",
+			change: func(r *v1beta1.AgentRelease) { r.Chart = "oci://registry.example.com/acme/charts/" },
+			want:   `input agentRelease.chart "oci://registry.example.com/acme/charts/" must be the chart's OCI reference without its version, as oci://REGISTRY/charts/cluster-agent`,
+		},
+		"ChartWithVersion": {
+			reason: "a chart reference with a tag is refused: the version has a field of its own",
+			change: func(r *v1beta1.AgentRelease) { r.Chart = "oci://localhost:5000/charts/cluster-agent:0.1.0" },
+			want:   `input agentRelease.chart "oci://localhost:5000/charts/cluster-agent:0.1.0" must not carry a version: set agentRelease.version`,
+		},
+		"NoVersion": {
+			reason: "an empty version is refused: provider-helm would take whatever is newest",
+			change: func(r *v1beta1.AgentRelease) { r.Version = " " },
+			want:   `input agentRelease.version " " must be the chart's version, for example 0.1.0`,
+		},
+		"VersionWithSpaces": {
+			reason: "a version with spaces is refused, not sent as it is",
+			change: func(r *v1beta1.AgentRelease) { r.Version = " 0.1.0" },
+			want:   `input agentRelease.version " 0.1.0" must be the chart's version, for example 0.1.0`,
+		},
+		"BadNamespace": {
+			reason: "a namespace that cannot be one is refused by name",
+			change: func(r *v1beta1.AgentRelease) { ns := "GPU_Agent"; r.Namespace = &ns },
+			want:   `input agentRelease.namespace "GPU_Agent" must be a namespace's name: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit`,
+		},
+		"ValuesNotAnObject": {
+			reason: "values that are not an object are refused",
+			change: func(r *v1beta1.AgentRelease) { r.Values = &runtime.RawExtension{Raw: []byte(`["podNamespaces"]`)} },
+			want:   "input agentRelease.values must be an object of the chart's values: json: cannot unmarshal array into Go value of type map[string]interface {}",
+		},
+		"NamespaceCreateRefused": {
+			reason: "the chart's own namespace would collide with the one the Release makes: refused by name",
+			change: func(r *v1beta1.AgentRelease) {
+				r.Values = &runtime.RawExtension{Raw: []byte(`{"namespace":{"create":true}}`)}
+			},
+			want: "input agentRelease.values.namespace.create must not be true: the Release makes the namespace, and Helm would refuse the chart's own",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := &v1beta1.AgentRelease{Chart: "oci://registry.example.com/acme/charts/cluster-agent", Version: "0.1.0"}
+			tc.change(r)
+			out := Cluster(ClusterInput{
+				DesiredStatus: y(t, clusterStatus),
+				Desired:       map[string]map[string]any{"cluster-provider-config-kubernetes": y(t, kubernetesPC)},
+				AgentRelease:  r,
+			})
+			if diff := cmp.Diff([]string{"the cluster agent's Release is not composed: " + tc.want}, out.Warnings); diff != "" {
+				t.Errorf("%s\nCluster(...): -want warnings, +got:\n%s", tc.reason, diff)
+			}
+			for _, k := range []string{KeyAgentRelease, KeyAgentReleaseProviderConfig} {
+				if _, ok := out.Resources[k]; ok {
+					t.Errorf("%s\nCluster(...): composed %s, want nothing of the refused input", tc.reason, k)
+				}
 			}
 		})
 	}

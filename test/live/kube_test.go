@@ -8,6 +8,7 @@ import (
 	"time"
 
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,7 +27,17 @@ func (cp *controlPlane) apply(t *testing.T, u *unstructured.Unstructured) {
 	u = u.DeepCopy()
 	status, hasStatus := u.Object["status"]
 	delete(u.Object, "status")
-	err := cp.kube.Create(t.Context(), u.DeepCopy())
+	var err error
+	// A kind an XRD just defined is served a moment after its package is
+	// Healthy: the API server's discovery lags the CRD it made (seen once
+	// in CI, on a busy machine).
+	eventually(t, time.Minute, "kind "+u.GetKind()+" served", func() error {
+		err = cp.kube.Create(t.Context(), u.DeepCopy())
+		if meta.IsNoMatchError(err) {
+			return err
+		}
+		return nil
+	})
 	if kerrors.IsAlreadyExists(err) {
 		err = cp.kube.Patch(t.Context(), u.DeepCopy(), client.RawPatch(types.MergePatchType, mustJSON(t, u.Object)))
 	}

@@ -52,12 +52,18 @@ func TestAgentRelease(t *testing.T) {
 	t.Logf("the fleet is Ready, with the agent installed by its Release, in %s", time.Since(started).Round(time.Second))
 
 	t.Run("the Release is Ready, through provider-helm's ClusterProviderConfig with the cluster's credentials", func(t *testing.T) {
-		rel := f.agentRelease(t)
-		for _, c := range []string{"Ready", "Synced"} {
-			if conditionString(rel, c, "status") != "True" {
-				t.Errorf("Release %s: %s", rel.GetName(), describe(rel, c))
+		// provider-helm marks it Ready at the observation after the
+		// install, which may come after the agent it installed reported.
+		var rel *unstructured.Unstructured
+		eventually(t, 2*time.Minute, "the agent's Release Ready and Synced", func() error {
+			rel = f.agentRelease(t)
+			for _, c := range []string{"Ready", "Synced"} {
+				if conditionString(rel, c, "status") != "True" {
+					return fmt.Errorf("release %s: %s", rel.GetName(), describe(rel, c))
+				}
 			}
-		}
+			return nil
+		})
 		if got := rel.GetAnnotations()["crossplane.io/external-name"]; got != relay.AgentReleaseName {
 			t.Errorf("Release %s: external name %q, want %q", rel.GetName(), got, relay.AgentReleaseName)
 		}
