@@ -130,6 +130,12 @@ func agentRelease(r *v1beta1.AgentRelease, inputErr error, ns, pc string, desire
 	if r.PlainHTTP {
 		forProvider["plainHTTP"] = true
 	}
+	// Adopt an agent installed by hand: `helm install` of the same release
+	// is found by its name anyway, but `kubectl apply -k
+	// deploy/cluster-agent/` leaves objects without Helm's ownership, which
+	// Helm would refuse to install over. provider-helm takes ownership once,
+	// at the first install, and records it.
+	forProvider["takeOwnership"] = true
 	return map[string]map[string]any{
 		KeyAgentReleaseProviderConfig: {
 			"apiVersion": HelmAPIVersion, "kind": ProviderConfigKind,

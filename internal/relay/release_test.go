@@ -45,6 +45,7 @@ spec:
     chart: {repository: "oci://registry.example.com/acme/charts", name: cluster-agent, version: 0.1.0}
     namespace: modelplane-cluster-agent
     values: {namespace: {create: false}}
+    takeOwnership: true
 `
 
 func TestAgentRelease(t *testing.T) {

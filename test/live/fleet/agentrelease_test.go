@@ -32,8 +32,10 @@ const agentDeployment = "cluster-agent"
 // with the cluster's credentials; that, with the agent run as the chart's
 // Deployment says, every pool's report reaches the InferenceCluster; and
 // that deleting the InferenceCluster uninstalls the release and keeps the
-// agent's CRDs. There is no kubelet: the agent runs as a process, as in
-// the live fleet.
+// agent's CRDs; and that a second cluster's agent, applied from
+// deploy/cluster-agent/ as kubectl apply -k does, is adopted by its
+// Release and keeps reporting. There is no kubelet: the agent runs as a
+// process, as in the live fleet.
 //
 // Run by ./hack/test-agent-release.sh, which builds provider-helm; not in
 // CI (docs/testing.md).
@@ -41,8 +43,14 @@ func TestAgentRelease(t *testing.T) {
 	if os.Getenv(envProviderHelm) == "" {
 		t.Skipf("run by ./hack/test-agent-release.sh (%s=1), which builds provider-helm for it alone", envAgentRelease)
 	}
-	const name = "delta"
-	specs := []workloadSpec{{name: name, pools: []poolSpec{{name: "quad", class: "l4-4x", nodes: 2}}, agentByRelease: true}}
+	// delta has nothing installed by hand; epsilon has the agent installed
+	// from deploy/cluster-agent/ as kubectl apply -k does, running, which
+	// its Release adopts.
+	const name, adopted = "delta", "epsilon"
+	specs := []workloadSpec{
+		{name: name, pools: []poolSpec{{name: "quad", class: "l4-4x", nodes: 2}}, agentByRelease: true},
+		{name: adopted, pools: []poolSpec{{name: "quad", class: "l4-4x", nodes: 1}}},
+	}
 	input := map[string]string{
 		"agentRelease": `{chart: "oci://` + registryPlaceholder + `/charts/cluster-agent", version: 0.1.0, plainHTTP: true}`,
 	}
@@ -56,7 +64,7 @@ func TestAgentRelease(t *testing.T) {
 		// install, which may come after the agent it installed reported.
 		var rel *unstructured.Unstructured
 		eventually(t, 2*time.Minute, "the agent's Release Ready and Synced", func() error {
-			rel = f.agentRelease(t)
+			rel = f.agentRelease(t, name)
 			for _, c := range []string{"Ready", "Synced"} {
 				if conditionString(rel, c, "status") != "True" {
 					return fmt.Errorf("release %s: %s", rel.GetName(), describe(rel, c))
@@ -121,6 +129,34 @@ func TestAgentRelease(t *testing.T) {
 		}
 	})
 
+	t.Run("an agent applied from deploy/cluster-agent/ is adopted by its Release, and keeps reporting", func(t *testing.T) {
+		e := f.clusters[adopted]
+		eventually(t, 2*time.Minute, "the Release of "+adopted+" Ready, deployed over the objects applied by hand", func() error {
+			rel := f.agentRelease(t, adopted)
+			if conditionString(rel, "Ready", "status") != "True" {
+				return fmt.Errorf("release %s: %s", rel.GetName(), describe(rel, "Ready"))
+			}
+			if state, _, _ := unstructured.NestedString(rel.Object, "status", "atProvider", "state"); state != "deployed" {
+				return fmt.Errorf("release %s: status.atProvider.state %q", rel.GetName(), state)
+			}
+			return nil
+		})
+		d, err := e.api.kube.AppsV1().Deployments(agentNamespace).Get(t.Context(), agentDeployment, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rn := d.Annotations["meta.helm.sh/release-name"]; rn != relay.AgentReleaseName {
+			t.Errorf("Deployment %s/%s in %s: annotation meta.helm.sh/release-name %q, want %q: not adopted", agentNamespace, agentDeployment, adopted, rn, relay.AgentReleaseName)
+		}
+		eventually(t, 2*time.Minute, "InferenceCluster "+adopted+" PoolsObserved", func() error {
+			ic := f.inferenceCluster(t, adopted)
+			if conditionString(ic, "PoolsObserved", "status") != "True" {
+				return fmt.Errorf("%s", describe(ic, "PoolsObserved"))
+			}
+			return nil
+		})
+	})
+
 	t.Run("deleting the InferenceCluster uninstalls the release and keeps the agent's CRDs", func(t *testing.T) {
 		ic := f.inferenceCluster(t, name)
 		if err := f.cp.c.Delete(t.Context(), ic); err != nil {
@@ -142,14 +178,8 @@ func TestAgentRelease(t *testing.T) {
 			}
 		}
 		eventually(t, 5*time.Minute, "the Release and InferenceCluster "+name+" gone from the control plane", func() error {
-			l := &unstructured.UnstructuredList{}
-			l.SetAPIVersion(relay.HelmAPIVersion)
-			l.SetKind(relay.KindRelease + "List")
-			if err := f.cp.c.List(t.Context(), l); err != nil {
-				return err
-			}
-			if len(l.Items) > 0 {
-				return fmt.Errorf("%d Releases left", len(l.Items))
+			if l := f.agentReleases(t, name); len(l) > 0 {
+				return fmt.Errorf("%d Releases of %s left", len(l), name)
 			}
 			err := f.cp.c.Get(t.Context(), client.ObjectKeyFromObject(ic), ic.DeepCopy())
 			if !kerrors.IsNotFound(err) {
@@ -160,19 +190,28 @@ func TestAgentRelease(t *testing.T) {
 	})
 }
 
-// agentRelease is the one Release of the agent on the control plane.
-func (f *fleet) agentRelease(t *testing.T) *unstructured.Unstructured {
+// agentRelease is the one Release of the agent that an InferenceCluster
+// composes.
+func (f *fleet) agentRelease(t *testing.T, cluster string) *unstructured.Unstructured {
+	t.Helper()
+	l := f.agentReleases(t, cluster)
+	if len(l) != 1 {
+		t.Fatalf("%d Releases of InferenceCluster %s in %s, want the agent's one", len(l), cluster, systemNamespace)
+	}
+	return &l[0]
+}
+
+// agentReleases are the Releases an InferenceCluster composes, by
+// Crossplane's label of composed resources.
+func (f *fleet) agentReleases(t *testing.T, cluster string) []unstructured.Unstructured {
 	t.Helper()
 	l := &unstructured.UnstructuredList{}
 	l.SetAPIVersion(relay.HelmAPIVersion)
 	l.SetKind(relay.KindRelease + "List")
-	if err := f.cp.c.List(t.Context(), l, client.InNamespace(systemNamespace)); err != nil {
+	if err := f.cp.c.List(t.Context(), l, client.InNamespace(systemNamespace), client.MatchingLabels{"crossplane.io/composite": cluster}); err != nil {
 		t.Fatal(err)
 	}
-	if len(l.Items) != 1 {
-		t.Fatalf("%d Releases in %s, want the agent's one", len(l.Items), systemNamespace)
-	}
-	return &l.Items[0]
+	return l.Items
 }
 
 // runReleasedAgent waits until the relay's Release has applied the
