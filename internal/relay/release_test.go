@@ -73,6 +73,18 @@ func TestAgentRelease(t *testing.T) {
 		r["status"] = map[string]any{"atProvider": map[string]any{"revision": int64(1)}}
 		return r
 	}
+	// composedWith is release, changed by change when set, with helmPC: the
+	// two resources as the relay composes them.
+	composedWith := func(change func(release map[string]any)) func(t *testing.T) map[string]map[string]any {
+		return func(t *testing.T) map[string]map[string]any {
+			t.Helper()
+			r := y(t, release)
+			if change != nil {
+				change(r)
+			}
+			return map[string]map[string]any{KeyAgentRelease: r, KeyAgentReleaseProviderConfig: y(t, helmPC)}
+		}
+	}
 	type want struct {
 		resources func(t *testing.T) map[string]map[string]any // the Release and its provider config only
 		warnings  []string
@@ -90,11 +102,8 @@ func TestAgentRelease(t *testing.T) {
 				return ClusterInput{DesiredStatus: y(t, clusterStatus), Desired: desired(t), AgentRelease: valid()}
 			},
 			want: want{
-				resources: func(t *testing.T) map[string]map[string]any {
-					t.Helper()
-					return map[string]map[string]any{KeyAgentRelease: y(t, release), KeyAgentReleaseProviderConfig: y(t, helmPC)}
-				},
-				reason: ReasonAgentNotServed,
+				resources: composedWith(nil),
+				reason:    ReasonAgentNotServed,
 			},
 		},
 		"ValuesNamespaceAndPlainHTTP": {
@@ -109,15 +118,12 @@ func TestAgentRelease(t *testing.T) {
 				return ClusterInput{DesiredStatus: y(t, clusterStatus), Desired: desired(t), AgentRelease: r}
 			},
 			want: want{
-				resources: func(t *testing.T) map[string]map[string]any {
-					t.Helper()
-					r := y(t, release)
+				resources: composedWith(func(r map[string]any) {
 					fp := mapAt(r, "spec", "forProvider")
 					fp["namespace"] = "gpu-agent"
 					fp["plainHTTP"] = true
 					fp["values"] = map[string]any{"podNamespaces": []any{"serving"}, "namespace": map[string]any{"create": false, "labels": map[string]any{"team": "ml"}}}
-					return map[string]map[string]any{KeyAgentRelease: r, KeyAgentReleaseProviderConfig: y(t, helmPC)}
-				},
+				}),
 				reason: ReasonAgentNotServed,
 			},
 		},
@@ -128,11 +134,8 @@ func TestAgentRelease(t *testing.T) {
 				return ClusterInput{DesiredStatus: y(t, clusterStatus), Composed: desired(t), AgentRelease: valid()}
 			},
 			want: want{
-				resources: func(t *testing.T) map[string]map[string]any {
-					t.Helper()
-					return map[string]map[string]any{KeyAgentRelease: y(t, release), KeyAgentReleaseProviderConfig: y(t, helmPC)}
-				},
-				reason: ReasonAgentNotServed,
+				resources: composedWith(nil),
+				reason:    ReasonAgentNotServed,
 			},
 		},
 		"NoKubernetesProviderConfig": {
@@ -169,14 +172,9 @@ func TestAgentRelease(t *testing.T) {
 				return ClusterInput{DesiredStatus: y(t, clusterStatus), Desired: desired(t), Composed: composed, AgentReleaseErr: errors.New("cannot read the relay's input: agentRelease: bad")}
 			},
 			want: want{
-				resources: func(t *testing.T) map[string]map[string]any {
-					t.Helper()
-					r := y(t, release)
-					mapAt(r, "metadata")["name"] = "eks-4f7k2"
-					return map[string]map[string]any{KeyAgentRelease: r, KeyAgentReleaseProviderConfig: y(t, helmPC)}
-				},
-				warnings: []string{"the cluster agent's Release is not composed: cannot read the relay's input: agentRelease: bad; the Release composed before is kept as it is"},
-				reason:   ReasonAgentNotServed,
+				resources: composedWith(func(r map[string]any) { mapAt(r, "metadata")["name"] = "eks-4f7k2" }),
+				warnings:  []string{"the cluster agent's Release is not composed: cannot read the relay's input: agentRelease: bad; the Release composed before is kept as it is"},
+				reason:    ReasonAgentNotServed,
 			},
 		},
 		"GateOpen": {
@@ -187,11 +185,8 @@ func TestAgentRelease(t *testing.T) {
 				return ClusterInput{DesiredStatus: y(t, clusterStatus), Desired: desired(t), Composed: served, AgentRelease: valid()}
 			},
 			want: want{
-				resources: func(t *testing.T) map[string]map[string]any {
-					t.Helper()
-					return map[string]map[string]any{KeyAgentRelease: y(t, release), KeyAgentReleaseProviderConfig: y(t, helmPC)}
-				},
-				reason: ReasonPoolsNotReported,
+				resources: composedWith(nil),
+				reason:    ReasonPoolsNotReported,
 			},
 		},
 		"NullValues": {
@@ -203,11 +198,8 @@ func TestAgentRelease(t *testing.T) {
 				return ClusterInput{DesiredStatus: y(t, clusterStatus), Desired: desired(t), AgentRelease: r}
 			},
 			want: want{
-				resources: func(t *testing.T) map[string]map[string]any {
-					t.Helper()
-					return map[string]map[string]any{KeyAgentRelease: y(t, release), KeyAgentReleaseProviderConfig: y(t, helmPC)}
-				},
-				reason: ReasonAgentNotServed,
+				resources: composedWith(nil),
+				reason:    ReasonAgentNotServed,
 			},
 		},
 		"NoProviderConfigRefKeepsRelease": {
@@ -218,13 +210,8 @@ func TestAgentRelease(t *testing.T) {
 				return ClusterInput{Observed: y(t, `metadata: {name: eks}`), Composed: composed, AgentRelease: valid()}
 			},
 			want: want{
-				resources: func(t *testing.T) map[string]map[string]any {
-					t.Helper()
-					r := y(t, release)
-					mapAt(r, "metadata")["name"] = "eks-4f7k2"
-					return map[string]map[string]any{KeyAgentRelease: r, KeyAgentReleaseProviderConfig: y(t, helmPC)}
-				},
-				reason: ReasonNoProviderConfig,
+				resources: composedWith(func(r map[string]any) { mapAt(r, "metadata")["name"] = "eks-4f7k2" }),
+				reason:    ReasonNoProviderConfig,
 			},
 		},
 		"NoAgentReleaseDropsIt": {
