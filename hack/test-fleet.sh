@@ -4,7 +4,8 @@
 # fleet-scheduler and the relay over mTLS, a stand-in for Modelplane's Python
 # functions) and two workload clusters (kube-apiserver, kube-scheduler v1.37.2
 # with DRA, kube-controller-manager, KWOK as the pool nodes' kubelet, the
-# cluster agent), every part built from source and run on loopback in network
+# cluster agent installed with helm install of its pushed chart), every part
+# built from source and run on loopback in network
 # and PID namespaces of the test's own. No container runs: KWOK moves bound
 # pods to Running and Ready (see docs/live-fleet.md).
 #
@@ -12,9 +13,9 @@
 #   ./hack/test-fleet.sh -run 'Fleet/reports'   # extra flags go to `go test`
 #
 # It reuses what ./hack/test-live.sh builds (bin/control-plane/, bin/crossplane)
-# and builds the function's and the relay's packages, the agent and the
-# stand-in. The processes' logs and, when a test fails, the objects as it
-# ended are in _output/live-fleet/.
+# and builds the function's and the relay's packages, the agent, the Helm
+# CLI and the stand-in. The processes' logs and, when a test fails, the
+# objects as it ended are in _output/live-fleet/.
 #
 # Needs root or unprivileged user namespaces.
 set -euo pipefail

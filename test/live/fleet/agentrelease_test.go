@@ -32,10 +32,11 @@ const agentDeployment = "cluster-agent"
 // with the cluster's credentials; that, with the agent run as the chart's
 // Deployment says, every pool's report reaches the InferenceCluster; and
 // that deleting the InferenceCluster uninstalls the release and keeps the
-// agent's CRDs; and that a second cluster's agent, applied from
-// deploy/cluster-agent/ as kubectl apply -k does, is adopted by its
-// Release and keeps reporting. There is no kubelet: the agent runs as a
-// process, as in the live fleet.
+// agent's CRDs; and that an agent already running, applied from
+// deploy/cluster-agent/ as kubectl apply -k does or installed with helm
+// install as the README does, is adopted by its cluster's Release and keeps
+// reporting. There is no kubelet: the agent runs as a process, as in the
+// live fleet.
 //
 // Run by ./hack/test-agent-release.sh, which builds provider-helm; not in
 // CI (docs/testing.md).
@@ -43,13 +44,15 @@ func TestAgentRelease(t *testing.T) {
 	if os.Getenv(envProviderHelm) == "" {
 		t.Skipf("run by ./hack/test-agent-release.sh (%s=1), which builds provider-helm for it alone", envAgentRelease)
 	}
-	// delta has nothing installed by hand; epsilon has the agent installed
-	// from deploy/cluster-agent/ as kubectl apply -k does, running, which
-	// its Release adopts.
-	const name, adopted = "delta", "epsilon"
+	// delta has nothing installed by hand. epsilon has the agent applied
+	// from deploy/cluster-agent/ as kubectl apply -k does, and zeta has it
+	// installed as the README does (helm install mp-cluster-agent), both
+	// running, which their Releases adopt.
+	const name, applied, helmInstalled = "delta", "epsilon", "zeta"
 	specs := []workloadSpec{
 		{name: name, pools: []poolSpec{{name: "quad", class: "l4-4x", nodes: 2}}, agentByRelease: true},
-		{name: adopted, pools: []poolSpec{{name: "quad", class: "l4-4x", nodes: 1}}},
+		{name: applied, pools: []poolSpec{{name: "quad", class: "l4-4x", nodes: 1}}, agentApplied: true},
+		{name: helmInstalled, pools: []poolSpec{{name: "quad", class: "l4-4x", nodes: 1}}},
 	}
 	input := map[string]string{
 		"agentRelease": `{chart: "oci://` + registryPlaceholder + `/charts/cluster-agent", version: 0.1.0, plainHTTP: true}`,
@@ -129,33 +132,52 @@ func TestAgentRelease(t *testing.T) {
 		}
 	})
 
-	t.Run("an agent applied from deploy/cluster-agent/ is adopted by its Release, and keeps reporting", func(t *testing.T) {
-		e := f.clusters[adopted]
-		eventually(t, 2*time.Minute, "the Release of "+adopted+" Ready, deployed over the objects applied by hand", func() error {
-			rel := f.agentRelease(t, adopted)
-			if conditionString(rel, "Ready", "status") != "True" {
-				return fmt.Errorf("release %s: %s", rel.GetName(), describe(rel, "Ready"))
+	adoptions := []struct {
+		cluster, how string
+		// revision is Helm's record of the release the Release leaves:
+		// its first over objects applied by hand, its second (an
+		// upgrade) over helm install's.
+		revision int
+	}{
+		{applied, "applied from deploy/cluster-agent/", 1},
+		{helmInstalled, "installed with helm install " + relay.AgentReleaseName, 2},
+	}
+	for _, a := range adoptions {
+		t.Run("an agent "+a.how+" is adopted by its Release, and keeps reporting", func(t *testing.T) {
+			e := f.clusters[a.cluster]
+			eventually(t, 2*time.Minute, "the Release of "+a.cluster+" Ready, deployed over the agent "+a.how, func() error {
+				rel := f.agentRelease(t, a.cluster)
+				if conditionString(rel, "Ready", "status") != "True" {
+					return fmt.Errorf("release %s: %s", rel.GetName(), describe(rel, "Ready"))
+				}
+				if state, _, _ := unstructured.NestedString(rel.Object, "status", "atProvider", "state"); state != "deployed" {
+					return fmt.Errorf("release %s: status.atProvider.state %q", rel.GetName(), state)
+				}
+				return nil
+			})
+			record := fmt.Sprintf("sh.helm.release.v1.%s.v%d", relay.AgentReleaseName, a.revision)
+			secret, err := e.api.kube.CoreV1().Secrets(agentNamespace).Get(t.Context(), record, metav1.GetOptions{})
+			if err != nil {
+				t.Errorf("Helm's record %s in %s: %v", record, a.cluster, err)
+			} else if got := secret.Labels["status"]; got != "deployed" {
+				t.Errorf("Helm's record %s in %s: status %q, want deployed", record, a.cluster, got)
 			}
-			if state, _, _ := unstructured.NestedString(rel.Object, "status", "atProvider", "state"); state != "deployed" {
-				return fmt.Errorf("release %s: status.atProvider.state %q", rel.GetName(), state)
+			d, err := e.api.kube.AppsV1().Deployments(agentNamespace).Get(t.Context(), agentDeployment, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
 			}
-			return nil
+			if rn := d.Annotations["meta.helm.sh/release-name"]; rn != relay.AgentReleaseName {
+				t.Errorf("Deployment %s/%s in %s: annotation meta.helm.sh/release-name %q, want %q: not adopted", agentNamespace, agentDeployment, a.cluster, rn, relay.AgentReleaseName)
+			}
+			eventually(t, 2*time.Minute, "InferenceCluster "+a.cluster+" PoolsObserved", func() error {
+				ic := f.inferenceCluster(t, a.cluster)
+				if conditionString(ic, "PoolsObserved", "status") != "True" {
+					return fmt.Errorf("%s", describe(ic, "PoolsObserved"))
+				}
+				return nil
+			})
 		})
-		d, err := e.api.kube.AppsV1().Deployments(agentNamespace).Get(t.Context(), agentDeployment, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rn := d.Annotations["meta.helm.sh/release-name"]; rn != relay.AgentReleaseName {
-			t.Errorf("Deployment %s/%s in %s: annotation meta.helm.sh/release-name %q, want %q: not adopted", agentNamespace, agentDeployment, adopted, rn, relay.AgentReleaseName)
-		}
-		eventually(t, 2*time.Minute, "InferenceCluster "+adopted+" PoolsObserved", func() error {
-			ic := f.inferenceCluster(t, adopted)
-			if conditionString(ic, "PoolsObserved", "status") != "True" {
-				return fmt.Errorf("%s", describe(ic, "PoolsObserved"))
-			}
-			return nil
-		})
-	})
+	}
 
 	t.Run("deleting the InferenceCluster uninstalls the release and keeps the agent's CRDs", func(t *testing.T) {
 		ic := f.inferenceCluster(t, name)

@@ -29,14 +29,19 @@ const (
 	systemNamespace     = "modelplane-system"
 	objectAPIVersion    = "kubernetes.m.crossplane.io/v1alpha1"
 
+	// releaseRepository is where the fleet's release is pushed in its
+	// registry, as the README's ./hack/release.sh registry.example.com/acme.
+	releaseRepository = "acme"
+
 	// The Functions the Compositions reference: this project's, as the
-	// package manager names them when installed from <registry>/<name>
-	// (./hack/release.sh pushes them there), and Modelplane v0.3.1's, as it
-	// names v0.3.1's dependencies; the stand-in serves its
-	// compose-inference-cluster and compose-model-replica, and
-	// fleet-scheduler its compose-model-deployment (docs/live-fleet.md).
-	fnScheduler     = "fleet-scheduler"
-	fnRelay         = "fleet-scheduler-relay"
+	// package manager names them when installed from
+	// <registry>/acme/<name>, where ./hack/release.sh pushes them (the
+	// README's names), and Modelplane v0.3.1's, as it names v0.3.1's
+	// dependencies; the stand-in serves its compose-inference-cluster and
+	// compose-model-replica, and fleet-scheduler its
+	// compose-model-deployment (docs/live-fleet.md).
+	fnScheduler     = releaseRepository + "-fleet-scheduler"
+	fnRelay         = releaseRepository + "-fleet-scheduler-relay"
 	fnV03Cluster    = "modelplane-modelplanecompose-inference-cluster"
 	fnV03Replica    = "modelplane-modelplanecompose-model-replica"
 	fnV03Deployment = "modelplane-modelplanecompose-model-deployment"
@@ -66,6 +71,7 @@ type fleet struct {
 	ca                         pki.KeyPair // signs the functions' and Crossplane's certificates
 	certs                      string
 	registry                   string
+	repository                 string // <registry>/acme, where the release is pushed
 	kwokConfig                 string // KWOK's stages (kwok_test.go)
 	functions                  map[string]*function
 	clusters                   map[string]*workload
@@ -90,7 +96,8 @@ func startFleet(t *testing.T) *fleet {
 }
 
 // registryPlaceholder, in a value of the input startFleetOf is given,
-// stands for the fleet's registry on loopback, which is not known before.
+// stands for where the fleet's release is pushed (<registry>/acme), its
+// registry on loopback not being known before.
 const registryPlaceholder = "${REGISTRY}"
 
 // startFleetOf starts the control plane and the workload clusters, the
@@ -134,15 +141,16 @@ func startFleetOf(t *testing.T, workloads []workloadSpec, input map[string]strin
 	}
 	// A registry on loopback; ServeRegistry names a package in it.
 	f.registry = strings.SplitN(testenv.ServeRegistry(t), "/", 2)[0]
+	f.repository = f.registry + "/" + releaseRepository
 	input = maps.Clone(input)
 	for k, v := range input {
-		input[k] = strings.ReplaceAll(v, registryPlaceholder, f.registry)
+		input[k] = strings.ReplaceAll(v, registryPlaceholder, f.repository)
 	}
 	apis, v031 := harness.BuildModelplaneStandIn(t, filepath.Join(root, "bin", "crossplane"))
-	// The README's path: a release, every artefact pushed (under the
-	// registry's root, so that the package manager names the Functions
-	// fleet-scheduler and fleet-scheduler-relay), with the fleet's input.
-	release, log := harness.Release(t, root, f.registry, apis, harness.WriteInput(t, input))
+	// The README's path: a release, every artefact pushed (under acme/,
+	// so that the package manager names the Functions acme-fleet-scheduler
+	// and acme-fleet-scheduler-relay), with the fleet's input.
+	release, log := harness.Release(t, root, f.repository, apis, harness.WriteInput(t, input))
 	if err := os.WriteFile(filepath.Join(f.logs, "release.log"), []byte(log), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -150,9 +158,9 @@ func startFleetOf(t *testing.T, workloads []workloadSpec, input map[string]strin
 	// The function serves its metrics, as in production: the verify
 	// checklist reads them, and they turn on its whole-node comparison.
 	metrics := testenv.FreeLoopbackAddr(t)
-	f.startFunction(t, fnScheduler, filepath.Join(bin, "function"), f.registry+"/fleet-scheduler:v0.1.0", "--debug", "--metrics-address="+metrics)
+	f.startFunction(t, fnScheduler, filepath.Join(bin, "function"), f.repository+"/fleet-scheduler:"+harness.ReleaseVersion, "--debug", "--metrics-address="+metrics)
 	f.functions[fnScheduler].metrics = metrics
-	f.startFunction(t, fnRelay, filepath.Join(bin, "relay"), f.registry+"/fleet-scheduler-relay:v0.1.0",
+	f.startFunction(t, fnRelay, filepath.Join(bin, "relay"), f.repository+"/fleet-scheduler-relay:"+harness.ReleaseVersion,
 		"--debug", "--metrics-address=", "--clock-offset="+relayAhead.String())
 	// Modelplane v0.3.1's functions, as their dependencies are named.
 	standin := filepath.Join(f.artifacts, "standin")
@@ -410,8 +418,8 @@ func (f *fleet) writeStandinInput(t *testing.T) string {
 func (f *fleet) installModelplane(t *testing.T, ref string) {
 	t.Helper()
 	harness.InstallConfiguration(t, f.cp.c, configuration, ref)
-	harness.SetConfigurationPackage(t, f.cp.c, configuration, f.registry+"/"+rebuiltPackage)
-	harness.WaitConfiguration(t, f.cp.c, configuration, f.registry+"/"+rebuiltPackage)
+	harness.SetConfigurationPackage(t, f.cp.c, configuration, f.repository+"/"+rebuiltPackage)
+	harness.WaitConfiguration(t, f.cp.c, configuration, f.repository+"/"+rebuiltPackage)
 	for _, xrd := range []string{"inferenceclusters", "modeldeployments", "modelreplicas", "modelcaches", "modelendpoints"} {
 		eventually(t, 2*time.Minute, "XRD "+xrd+".modelplane.ai Established", func() error {
 			got := harness.Get(t, f.cp.c, "apiextensions.crossplane.io/v1", "CompositeResourceDefinition", "", xrd+".modelplane.ai")

@@ -7,11 +7,12 @@
 // the same etcd (a key prefix of its own), kube-scheduler,
 // kube-controller-manager's deployment, replicaset, resourceclaim,
 // garbage-collector, node-lifecycle, taint-eviction and pod-garbage-collector
-// controllers, KWOK as the kubelet of its GPU pool nodes,
-// and the cluster agent installed from deploy/cluster-agent/. KWOK marks the
-// nodes Ready, renews their Leases, runs bound pods (Running, then Ready)
-// and finishes their deletion; no container runs. ResourceSlices are
-// written through the API as a DRA driver would.
+// controllers, KWOK as the kubelet of its GPU pool nodes, and the cluster
+// agent, installed with helm install of the chart ./hack/release.sh pushed,
+// as the README does. KWOK marks the nodes Ready, renews their Leases, runs
+// bound pods (Running, then Ready) and finishes their deletion; no
+// container runs. ResourceSlices are written through the API as a DRA
+// driver would.
 package fleet
 
 import (
@@ -58,7 +59,8 @@ func TestMain(m *testing.M) {
 
 // prepare builds the control plane (bin/control-plane/, current binaries
 // reused), the crossplane CLI, the function's and the relay's packages,
-// the agent as its image has it, and the stand-in and its package.
+// the agent as its image has it, the Helm CLI, and the stand-in and its
+// package.
 func prepare(root, logs string) ([]string, error) {
 	artifacts := filepath.Join(logs, "artifacts")
 	crossplane := filepath.Join(root, "bin", "crossplane")
@@ -80,6 +82,13 @@ func prepare(root, logs string) ([]string, error) {
 		{
 			name: "build-standin", dir: filepath.Join(root, "test", "live"), env: static,
 			cmd: []string{"go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(standin, "standin"), "./fleet/standin"},
+		},
+		// The Helm CLI, at the version tools/chartrender pins for the
+		// chart's render and push: the fleet installs the agent with it,
+		// as the README does.
+		{
+			name: "build-helm", dir: filepath.Join(root, "tools", "chartrender"), env: static,
+			cmd: []string{"go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(artifacts, "bin", "helm"), "helm.sh/helm/v4/cmd/helm"},
 		},
 		// What ./hack/release.sh builds besides, while the module proxy can
 		// be reached: the fleet runs it where only loopback exists.

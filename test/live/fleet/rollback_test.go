@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/modelplaneai/fleet-scheduler/internal/relay"
 	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
 )
 
@@ -83,8 +84,8 @@ func rollBack(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.
 
 // uninstall follows the rest of docs/production.md's uninstall order,
 // after the rollback: the two Functions deleted, then in each workload
-// cluster the agent stopped (helm uninstall; here its process) and its
-// CRDs deleted. Nothing in the control plane is deleted with them, and no
+// cluster the agent's process stopped, helm uninstall, and its CRDs
+// deleted. Nothing in the control plane is deleted with them, and no
 // Object is left waiting on a kind no longer served.
 func uninstall(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
 	before := harness.ModelplaneUIDs(t, f.cp.c)
@@ -102,6 +103,15 @@ func uninstall(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t
 	crds := []string{"poolobservations.agent.modelplane.ai", "replicaobservations.agent.modelplane.ai"}
 	for name, w := range f.clusters {
 		w.stopAgent(t, w.agent, false)
+		f.helm(t, w, "uninstall", relay.AgentReleaseName, "-n", agentNamespace)
+		eventually(t, time.Minute, "the agent's objects gone from "+name+" after helm uninstall", func() error {
+			for _, u := range w.manifests {
+				if harness.Get(t, w.api.c, u.GetAPIVersion(), u.GetKind(), u.GetNamespace(), u.GetName()) != nil {
+					return fmt.Errorf("%s %s still there", u.GetKind(), objectKey(u))
+				}
+			}
+			return nil
+		})
 		for _, crd := range crds {
 			if err := w.api.c.Delete(t.Context(), harness.Object("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", crd)); err != nil {
 				t.Fatalf("cannot delete CRD %s from %s: %v", crd, name, err)

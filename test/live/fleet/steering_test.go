@@ -23,6 +23,7 @@ import (
 
 	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/apis/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/relay"
 	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
 )
 
@@ -394,7 +395,7 @@ func steeredScenario(t *testing.T, f *fleet) { //nolint:thelper // A scenario ru
 // pair Steered (Steering False PolicyNotFound, no binding, in the
 // PoolObservation and the InferenceCluster), the function accounts pair
 // with its assumedBinding, and a new pod of pair is not held. The policy
-// applied again, the agent lists pair again on its Pod.
+// restored by helm upgrade, the agent lists pair again on its Pod.
 func policyDeleted(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
 	w := f.clusters["alpha"]
 	f.deleteDeployments(t, "alpha", "steer-two", "steer-four")
@@ -433,7 +434,11 @@ func policyDeleted(t *testing.T, f *fleet) { //nolint:thelper // A scenario run 
 		}
 	}
 
-	serverSideApply(t, w.api.c, policy)
+	// Restored as the agent's message says for a release: helm
+	// upgrade, so that the release owns the policy again (helm uninstall
+	// leaves out an object applied by hand).
+	f.helm(t, w, "upgrade", relay.AgentReleaseName, f.agentChart(), "--version", harness.ChartVersion, "-n", agentNamespace,
+		"--plain-http", "--reuse-values", "--set", "steering.enabled=true", "--force-conflicts")
 	eventually(t, settle, "the agent's Pod listing pair again", func() error {
 		if _, pools := w.agentPodReady(t, w.agent); pools != "pair" {
 			return fmt.Errorf("it lists %q", pools)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +21,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
+	"github.com/modelplaneai/fleet-scheduler/internal/relay"
+	"github.com/modelplaneai/fleet-scheduler/test/internal/testenv"
 	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
 )
 
@@ -47,6 +50,10 @@ type workloadSpec struct {
 	// noAgent installs the agent's CRDs and objects but runs no agent:
 	// its pools are never reported, and fall back to whole nodes.
 	noAgent bool
+	// agentApplied installs the agent from deploy/cluster-agent/, as
+	// kubectl apply -k does, instead of with helm install of its chart
+	// (TestAgentRelease's adoption of an agent applied by hand).
+	agentApplied bool
 	// agentByRelease leaves installing the agent to the relay's Release
 	// (the input's agentRelease, provider-helm): the test runs the agent
 	// only once the Release has applied its Deployment (TestAgentRelease).
@@ -143,7 +150,7 @@ type workload struct {
 	// agent's arguments are its kubeconfig and the template's.
 	agentPod  corev1.PodTemplateSpec
 	agentArgs []string
-	manifests []*unstructured.Unstructured // deploy/cluster-agent/ with its steering component, rendered
+	manifests []*unstructured.Unstructured // the agent's objects as installed, steering's included
 }
 
 // startWorkload starts a workload cluster on the fleet's etcd, registers
@@ -330,35 +337,110 @@ func (w *workload) node(t *testing.T, name string, labels map[string]string, tai
 	}
 }
 
-// installAgent renders deploy/cluster-agent/ with its steering component,
-// as an overlay opts in and `kubectl apply -k` renders it, applies it
-// server-side as kubectl apply --server-side would, and runs the agent as
-// its ServiceAccount with its Deployment's arguments and environment, with
-// a Pod standing for it (startAgent). One replica: the Deployment runs
-// two, the other waiting on the Lease.
+// installAgent installs the agent in the workload cluster, with helm
+// install of the chart ./hack/release.sh pushed (installAgentByHelm), or
+// applied from deploy/cluster-agent/ (applyAgent) where the spec says so,
+// and runs it as its ServiceAccount with its Deployment's arguments and
+// environment, with a Pod standing for it (startAgent). One replica: the
+// Deployment runs two, the other waiting on the Lease.
 func (f *fleet) installAgent(t *testing.T, w *workload) {
 	t.Helper()
-	w.manifests = harness.Kustomize(t, steeringOverlay(t, f.root, filepath.Join(f.logs, w.spec.name)))
+	if w.spec.agentApplied {
+		w.manifests = f.applyAgent(t, w)
+	} else {
+		w.manifests = f.installAgentByHelm(t, w)
+	}
+	var d *appsv1.Deployment
+	for _, u := range w.manifests {
+		if u.GetKind() == "Deployment" {
+			d = &appsv1.Deployment{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if d == nil {
+		t.Fatal("the agent's install has no Deployment")
+	}
+	f.runAgentOf(t, w, d)
+}
+
+// installAgentByHelm installs the agent as the README's quick start does,
+//
+//	helm install mp-cluster-agent oci://registry.example.com/acme/charts/cluster-agent --version 0.1.0 \
+//	  -n modelplane-cluster-agent --create-namespace --set namespace.create=false
+//
+// from the chart ./hack/release.sh pushed to the loopback registry, with
+// three flags of the fleet's own: --plain-http (the registry speaks plain
+// HTTP), steering.enabled (the fleet steers pools,
+// docs/cluster-agent.md#steering) and replicas 0 (no kubelet runs the
+// agent's own pods: startAgent runs it as a process). It returns the
+// release's objects, as helm get manifest prints them.
+func (f *fleet) installAgentByHelm(t *testing.T, w *workload) []*unstructured.Unstructured {
+	t.Helper()
+	f.helm(t, w, "install", relay.AgentReleaseName, f.agentChart(), "--version", harness.ChartVersion,
+		"-n", agentNamespace, "--create-namespace", "--set", "namespace.create=false",
+		"--plain-http", "--set", "steering.enabled=true", "--set", "replicas=0")
+	dir := filepath.Join(f.logs, w.spec.name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(dir, "cluster-agent-manifest.yaml")
+	if err := os.WriteFile(manifest, []byte(f.helm(t, w, "get", "manifest", relay.AgentReleaseName, "-n", agentNamespace)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs := harness.ReadObjects(t, manifest)
+	for _, u := range objs {
+		got := &unstructured.Unstructured{}
+		got.SetGroupVersionKind(u.GroupVersionKind())
+		if err := w.api.c.Get(t.Context(), client.ObjectKeyFromObject(u), got); err != nil {
+			t.Fatalf("%s %s, of release %s, in %s: %v", u.GetKind(), objectKey(u), relay.AgentReleaseName, w.spec.name, err)
+		}
+	}
+	f.waitAgentCRDs(t, w)
+	return objs
+}
+
+// agentChart is the agent's chart as the release pushed it.
+func (f *fleet) agentChart() string {
+	return "oci://" + f.repository + "/charts/cluster-agent"
+}
+
+// helm runs the Helm CLI that prepare built against the workload
+// cluster, as its admin, with Helm's homes of the fleet's own, and returns
+// what it printed.
+func (f *fleet) helm(t *testing.T, w *workload, args ...string) string {
+	t.Helper()
+	_, kubeconfig := w.api.adminKubeconfig(t)
+	home := filepath.Join(f.logs, "helm")
+	env := []string{
+		"HELM_CACHE_HOME=" + filepath.Join(home, "cache"), "HELM_CONFIG_HOME=" + filepath.Join(home, "config"),
+		"HELM_DATA_HOME=" + filepath.Join(home, "data"), "HELM_REGISTRY_CONFIG=" + filepath.Join(home, "registry.json"),
+	}
+	out, err := testenv.Run(t.Context(), f.logs, env, filepath.Join(f.artifacts, "bin", "helm"), append(args, "--kubeconfig="+kubeconfig)...)
+	if err != nil {
+		t.Fatalf("helm %s in %s: %v\n%s", strings.Join(args, " "), w.spec.name, err, out)
+	}
+	return out
+}
+
+// applyAgent renders deploy/cluster-agent/ with its steering component,
+// as an overlay opts in and `kubectl apply -k` renders it, and applies it
+// server-side as kubectl apply --server-side would, the Deployment scaled
+// to none. It returns the objects it applied.
+func (f *fleet) applyAgent(t *testing.T, w *workload) []*unstructured.Unstructured {
+	t.Helper()
+	objs := harness.Kustomize(t, steeringOverlay(t, f.root, filepath.Join(f.logs, w.spec.name)))
 	first := func(u *unstructured.Unstructured) bool {
 		return u.GetKind() == "CustomResourceDefinition" || u.GetKind() == "Namespace"
 	}
-	for _, u := range w.manifests {
+	for _, u := range objs {
 		if first(u) {
 			serverSideApply(t, w.api.c, u)
 		}
 	}
-	eventually(t, time.Minute, "the agent's CRDs served in "+w.spec.name, func() error {
-		for _, kind := range []string{"PoolObservation", "ReplicaObservation"} {
-			l := &unstructured.UnstructuredList{}
-			l.SetAPIVersion(agentAPIVersion)
-			l.SetKind(kind + "List")
-			if err := w.api.c.List(t.Context(), l, client.Limit(1)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	for _, u := range w.manifests {
+	f.waitAgentCRDs(t, w)
+	for _, u := range objs {
 		if first(u) {
 			continue
 		}
@@ -373,19 +455,23 @@ func (f *fleet) installAgent(t *testing.T, w *workload) {
 		}
 		serverSideApply(t, w.api.c, u)
 	}
-	var d *appsv1.Deployment
-	for _, u := range w.manifests {
-		if u.GetKind() == "Deployment" {
-			d = &appsv1.Deployment{}
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, d); err != nil {
-				t.Fatal(err)
+	return objs
+}
+
+// waitAgentCRDs waits until the workload cluster serves the agent's kinds.
+func (f *fleet) waitAgentCRDs(t *testing.T, w *workload) {
+	t.Helper()
+	eventually(t, time.Minute, "the agent's CRDs served in "+w.spec.name, func() error {
+		for _, kind := range []string{"PoolObservation", "ReplicaObservation"} {
+			l := &unstructured.UnstructuredList{}
+			l.SetAPIVersion(agentAPIVersion)
+			l.SetKind(kind + "List")
+			if err := w.api.c.List(t.Context(), l, client.Limit(1)); err != nil {
+				return err
 			}
 		}
-	}
-	if d == nil {
-		t.Fatal("deploy/cluster-agent/ has no Deployment")
-	}
-	f.runAgentOf(t, w, d)
+		return nil
+	})
 }
 
 // runAgentOf runs the agent as the Deployment d says, as its

@@ -42,6 +42,13 @@ import (
 // of one group, leader and workers: a hash unique to the group.
 const LabelLWSGroupKey = "leaderworkerset.sigs.k8s.io/group-key"
 
+// restoreSteering is what a PolicyNotFound or PolicyNotAsShipped message
+// asks for. With the chart, only the release may restore them: Helm
+// (v4) leaves out of its uninstall an object it does not own, such as one
+// applied again by hand.
+const restoreSteering = "helm upgrade the agent's release with --reuse-values --set steering.enabled=true --force-conflicts, " +
+	"or, where it was installed from deploy/cluster-agent/, apply deploy/cluster-agent/steering/ again"
+
 // markRetry is how long after a failed patch of its own Pod the agent
 // tries again.
 const markRetry = 10 * time.Second
@@ -752,16 +759,16 @@ func (s *Steerer) steerable(now time.Time, enabled map[string]*unstructured.Unst
 func (s *Steerer) policyProblem() *problem {
 	p, b, ok := s.cluster.SteeringPolicy()
 	if !ok {
-		return &problem{v1alpha1.ReasonPolicyNotFound, fmt.Sprintf("cannot read the MutatingAdmissionPolicy and MutatingAdmissionPolicyBinding %s yet: apply deploy/cluster-agent/steering/, whose role lets the agent read them", v1alpha1.SteeringPolicy)}
+		return &problem{v1alpha1.ReasonPolicyNotFound, fmt.Sprintf("cannot read the MutatingAdmissionPolicy and MutatingAdmissionPolicyBinding %s yet: %s (its role lets the agent read them)", v1alpha1.SteeringPolicy, restoreSteering)}
 	}
 	if p == nil || b == nil {
-		return &problem{v1alpha1.ReasonPolicyNotFound, fmt.Sprintf("%s: apply deploy/cluster-agent/steering/", agent.CheckSteeringPolicy(p, b, agent.SteeringAgent{Namespace: s.cfg.PodNamespace}))}
+		return &problem{v1alpha1.ReasonPolicyNotFound, fmt.Sprintf("%s: %s", agent.CheckSteeringPolicy(p, b, agent.SteeringAgent{Namespace: s.cfg.PodNamespace}), restoreSteering)}
 	}
 	s.mu.Lock()
 	own := s.labels
 	s.mu.Unlock()
 	if err := agent.CheckSteeringPolicy(p, b, agent.SteeringAgent{Namespace: s.cfg.PodNamespace, Labels: own}); err != nil {
-		return &problem{v1alpha1.ReasonPolicyNotAsShipped, fmt.Sprintf("%v: apply deploy/cluster-agent/steering/ again", err)}
+		return &problem{v1alpha1.ReasonPolicyNotAsShipped, fmt.Sprintf("%v: %s", err, restoreSteering)}
 	}
 	return nil
 }

@@ -49,12 +49,19 @@ func Release(t *testing.T, root, registry, apis, input string) (out, log string)
 		// No credentials of this machine's leak in.
 		"DOCKER_CONFIG=" + t.TempDir(), "HELM_REGISTRY_CONFIG=" + filepath.Join(t.TempDir(), "config.json"),
 	}
-	log, err := testenv.Run(t.Context(), root, env, "./hack/release.sh", registry, "v0.1.0")
+	log, err := testenv.Run(t.Context(), root, env, "./hack/release.sh", registry, ReleaseVersion)
 	if err != nil {
 		t.Fatalf("./hack/release.sh: %v\n%s", err, log)
 	}
 	return out, log
 }
+
+// ReleaseVersion is the version Release gives ./hack/release.sh; the
+// agent's chart is pushed as its version without the v (ChartVersion).
+const (
+	ReleaseVersion = "v0.1.0"
+	ChartVersion   = "0.1.0"
+)
 
 // WriteInput writes a scheduler.fn.modelplane.ai/v1beta1 Input with the
 // fields given, in order of their names, to a file for Release, and
