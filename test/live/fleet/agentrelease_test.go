@@ -135,8 +135,10 @@ func TestAgentRelease(t *testing.T) {
 	adoptions := []struct {
 		cluster, how string
 		// revision is Helm's record of the release the Release leaves:
-		// its first over objects applied by hand, its second (an
-		// upgrade) over helm install's.
+		// its first over objects applied by hand, its second over helm
+		// install's, an upgrade since the Release's values (the chart's
+		// defaults but namespace.create) differ from the fleet's install
+		// (steering on, no replicas), which they replace.
 		revision int
 	}{
 		{applied, "applied from deploy/cluster-agent/", 1},
@@ -155,12 +157,20 @@ func TestAgentRelease(t *testing.T) {
 				}
 				return nil
 			})
-			record := fmt.Sprintf("sh.helm.release.v1.%s.v%d", relay.AgentReleaseName, a.revision)
-			secret, err := e.api.kube.CoreV1().Secrets(agentNamespace).Get(t.Context(), record, metav1.GetOptions{})
-			if err != nil {
-				t.Errorf("Helm's record %s in %s: %v", record, a.cluster, err)
-			} else if got := secret.Labels["status"]; got != "deployed" {
-				t.Errorf("Helm's record %s in %s: status %q, want deployed", record, a.cluster, got)
+			// The Release's revision deployed, and helm install's (if
+			// any) superseded by it.
+			for rev := 1; rev <= a.revision; rev++ {
+				want := "superseded"
+				if rev == a.revision {
+					want = "deployed"
+				}
+				record := fmt.Sprintf("sh.helm.release.v1.%s.v%d", relay.AgentReleaseName, rev)
+				secret, err := e.api.kube.CoreV1().Secrets(agentNamespace).Get(t.Context(), record, metav1.GetOptions{})
+				if err != nil {
+					t.Errorf("cannot get Helm's record %s in %s: %v", record, a.cluster, err)
+				} else if got := secret.Labels["status"]; got != want {
+					t.Errorf("Helm's record %s in %s: status %q, want %s", record, a.cluster, got, want)
+				}
 			}
 			d, err := e.api.kube.AppsV1().Deployments(agentNamespace).Get(t.Context(), agentDeployment, metav1.GetOptions{})
 			if err != nil {

@@ -60,6 +60,7 @@ func TestLiveFleet(t *testing.T) {
 		{"the steering policy deleted: no pod held, the report no longer Steered, the function falls back to its assumedBinding", policyDeleted},
 		{"the agent hangs with pods held: a new agent leads and releases them pinned within the stated bound", agentKilled},
 		{"two agents hand over while pods are held: none steered twice", handOver},
+		{"a pinned pod's node loses its devices before it binds: the agent deletes it after the pin timeout, its new pod is steered to the other node and binds", pinTimeout},
 		{"a node of a placed replica dies: its pod evicted and replaced on the pool's other node, the report without it; out-of-service, then back", nodeDies},
 		{"rolled back to v0.3.1's package: v0.3.1's Compositions, the relay's objects gone from the workload clusters, nothing deleted in the control plane", rollBack},
 		{"uninstalled in the documented order: the Functions, then each cluster's agent and its CRDs; nothing in the control plane deleted or left waiting", uninstall},

@@ -17,7 +17,7 @@ import (
 
 // nodeDies: a node of a placed replica dies (its KWOK killed, so its
 // Lease is no longer renewed) and the scenario records what the fleet
-// does, end to end (docs/live-fleet.md, scenario 10): the node NotReady,
+// does, end to end (docs/live-fleet.md, scenario 11): the node NotReady,
 // its pod evicted and left Terminating, the Deployment's new pod bound on
 // the pool's other node, the pool's report without the dead node, the
 // replica not re-placed; then what the operator does (the out-of-service

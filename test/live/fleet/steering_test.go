@@ -407,7 +407,7 @@ func policyDeleted(t *testing.T, f *fleet) { //nolint:thelper // A scenario run 
 		}
 	}
 	if policy == nil {
-		t.Fatal("deploy/cluster-agent/steering/ has no MutatingAdmissionPolicy")
+		t.Fatal("the agent's release has no MutatingAdmissionPolicy")
 	}
 	pw := w.watchPods(t, "pair")
 	deleted := time.Now()
@@ -434,11 +434,11 @@ func policyDeleted(t *testing.T, f *fleet) { //nolint:thelper // A scenario run 
 		}
 	}
 
-	// Restored as the agent's message says for a release: helm
-	// upgrade, so that the release owns the policy again (helm uninstall
-	// leaves out an object applied by hand).
+	// Restored as the agent's message says for a release installed with
+	// Helm v4: helm upgrade, so that the release owns the policy again
+	// (Helm v4's uninstall leaves out an object applied by hand).
 	f.helm(t, w, "upgrade", relay.AgentReleaseName, f.agentChart(), "--version", harness.ChartVersion, "-n", agentNamespace,
-		"--plain-http", "--reuse-values", "--set", "steering.enabled=true", "--force-conflicts")
+		"--plain-http", "--reuse-values", "--set", "steering.enabled=true", "--server-side=true", "--force-conflicts")
 	eventually(t, settle, "the agent's Pod listing pair again", func() error {
 		if _, pools := w.agentPodReady(t, w.agent); pools != "pair" {
 			return fmt.Errorf("it lists %q", pools)

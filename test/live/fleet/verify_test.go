@@ -16,7 +16,7 @@ import (
 // checklist gives it, on the fleet fourOnOne left: four 1-GPU replicas of
 // four on alpha's one 4-GPU node.
 func verifyInstall(t *testing.T, f *fleet) { //nolint:thelper // A scenario run by t.Run: its failures are its own lines.
-	// 1. kubectl get functions fleet-scheduler fleet-scheduler-relay
+	// 1. kubectl get functions acme-fleet-scheduler acme-fleet-scheduler-relay
 	for _, name := range []string{fnScheduler, fnRelay} {
 		if got := f.cp.printed(t, "pkg.crossplane.io/v1", "functions", name); got["INSTALLED"] != "True" || got["HEALTHY"] != "True" {
 			t.Errorf("step 1: kubectl get function %s prints INSTALLED %s HEALTHY %s, want True and True (the row: %v)", name, got["INSTALLED"], got["HEALTHY"], got)

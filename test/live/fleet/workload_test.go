@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,12 +18,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	agentv1alpha1 "github.com/modelplaneai/fleet-scheduler/apis/agent/v1alpha1"
 	"github.com/modelplaneai/fleet-scheduler/internal/relay"
-	"github.com/modelplaneai/fleet-scheduler/test/internal/testenv"
 	"github.com/modelplaneai/fleet-scheduler/test/live/internal/harness"
 )
 
@@ -288,18 +289,10 @@ func (w *workload) register(t *testing.T) {
 			}
 			w.node(t, name, map[string]string{poolLabel: p.name},
 				[]corev1.Taint{{Key: "nvidia.com/gpu", Value: "true", Effect: corev1.TaintEffectNoSchedule}}, cs.cpu, cs.nodeMemory, keeper)
-			devices := make([]resourcev1.Device, 0, cs.gpus)
-			for g := range cs.gpus {
-				devices = append(devices, resourcev1.Device{
-					Name:       "gpu-" + strconv.Itoa(g),
-					Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"productName": {StringValue: new(cs.product)}},
-					Capacity:   map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{"memory": {Value: resource.MustParse(cs.memory)}},
-				})
-			}
 			slice := &resourcev1.ResourceSlice{
 				ObjectMeta: metav1.ObjectMeta{Name: name + "-" + gpuDriver},
 				Spec: resourcev1.ResourceSliceSpec{
-					Driver: gpuDriver, NodeName: new(name), Devices: devices,
+					Driver: gpuDriver, NodeName: new(name), Devices: gpuDevices(cs, cs.gpus),
 					Pool: resourcev1.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: 1},
 				},
 			}
@@ -308,6 +301,46 @@ func (w *workload) register(t *testing.T) {
 			}
 		}
 	}
+}
+
+// gpuDevices are the first n GPUs of a node of class cs, as its
+// ResourceSlice lists them.
+func gpuDevices(cs classSpec, n int) []resourcev1.Device {
+	devices := make([]resourcev1.Device, 0, n)
+	for g := range n {
+		devices = append(devices, resourcev1.Device{
+			Name:       "gpu-" + strconv.Itoa(g),
+			Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"productName": {StringValue: new(cs.product)}},
+			Capacity:   map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{"memory": {Value: resource.MustParse(cs.memory)}},
+		})
+	}
+	return devices
+}
+
+// setGPUs rewrites a pool node's ResourceSlice to list its first n GPUs,
+// in a new generation, as a DRA driver does when devices go or come back,
+// and returns when the API server took it.
+func (w *workload) setGPUs(t *testing.T, node string, n int) time.Time {
+	t.Helper()
+	var cs classSpec
+	for _, p := range w.spec.pools {
+		if strings.HasPrefix(node, p.name+"-") {
+			cs = gpuClasses()[p.class]
+		}
+	}
+	if cs.gpus == 0 {
+		t.Fatalf("node %s is of no pool of %s", node, w.spec.name)
+	}
+	slice := &resourcev1.ResourceSlice{}
+	if err := w.api.c.Get(t.Context(), client.ObjectKey{Name: node + "-" + gpuDriver}, slice); err != nil {
+		t.Fatalf("cannot read the ResourceSlice of %s in %s: %v", node, w.spec.name, err)
+	}
+	slice.Spec.Devices = gpuDevices(cs, n)
+	slice.Spec.Pool.Generation++
+	if err := w.api.c.Update(t.Context(), slice); err != nil {
+		t.Fatalf("cannot write the ResourceSlice of %s in %s: %v", node, w.spec.name, err)
+	}
+	return time.Now()
 }
 
 // node creates a Node with its capacity and allocatable. A node with a
@@ -381,6 +414,13 @@ func (f *fleet) installAgentByHelm(t *testing.T, w *workload) []*unstructured.Un
 	f.helm(t, w, "install", relay.AgentReleaseName, f.agentChart(), "--version", harness.ChartVersion,
 		"-n", agentNamespace, "--create-namespace", "--set", "namespace.create=false",
 		"--plain-http", "--set", "steering.enabled=true", "--set", "replicas=0")
+	// kubectl label namespace modelplane-cluster-agent
+	// pod-security.kubernetes.io/enforce=restricted, as the README says:
+	// the agent's Pods (startAgent's) are then admitted only as restricted.
+	if _, err := w.api.kube.CoreV1().Namespaces().Patch(t.Context(), agentNamespace, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"restricted"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("cannot label namespace %s in %s: %v", agentNamespace, w.spec.name, err)
+	}
 	dir := filepath.Join(f.logs, w.spec.name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -394,7 +434,7 @@ func (f *fleet) installAgentByHelm(t *testing.T, w *workload) []*unstructured.Un
 		got := &unstructured.Unstructured{}
 		got.SetGroupVersionKind(u.GroupVersionKind())
 		if err := w.api.c.Get(t.Context(), client.ObjectKeyFromObject(u), got); err != nil {
-			t.Fatalf("%s %s, of release %s, in %s: %v", u.GetKind(), objectKey(u), relay.AgentReleaseName, w.spec.name, err)
+			t.Fatalf("cannot get %s %s of release %s in %s: %v", u.GetKind(), objectKey(u), relay.AgentReleaseName, w.spec.name, err)
 		}
 	}
 	f.waitAgentCRDs(t, w)
@@ -407,21 +447,27 @@ func (f *fleet) agentChart() string {
 }
 
 // helm runs the Helm CLI that prepare built against the workload
-// cluster, as its admin, with Helm's homes of the fleet's own, and returns
-// what it printed.
+// cluster, as its admin, with Helm's homes of the fleet's own and its
+// release records in Secrets (whatever this machine's HELM_ variables say),
+// and returns what it printed on its standard output.
 func (f *fleet) helm(t *testing.T, w *workload, args ...string) string {
 	t.Helper()
 	_, kubeconfig := w.api.adminKubeconfig(t)
 	home := filepath.Join(f.logs, "helm")
-	env := []string{
-		"HELM_CACHE_HOME=" + filepath.Join(home, "cache"), "HELM_CONFIG_HOME=" + filepath.Join(home, "config"),
-		"HELM_DATA_HOME=" + filepath.Join(home, "data"), "HELM_REGISTRY_CONFIG=" + filepath.Join(home, "registry.json"),
+	cmd := exec.CommandContext(t.Context(), filepath.Join(f.artifacts, "bin", "helm"), append(args, "--kubeconfig="+kubeconfig)...)
+	cmd.Dir = f.logs
+	// The last value of a variable wins (os/exec).
+	cmd.Env = append(os.Environ(),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"), "HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"), "HELM_REGISTRY_CONFIG="+filepath.Join(home, "registry.json"),
+		"HELM_DRIVER=secret", "HELM_NAMESPACE=", "HELM_KUBECONTEXT=",
+	)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helm %s in %s: %v\n%s%s", strings.Join(args, " "), w.spec.name, err, stdout.String(), stderr.String())
 	}
-	out, err := testenv.Run(t.Context(), f.logs, env, filepath.Join(f.artifacts, "bin", "helm"), append(args, "--kubeconfig="+kubeconfig)...)
-	if err != nil {
-		t.Fatalf("helm %s in %s: %v\n%s", strings.Join(args, " "), w.spec.name, err, out)
-	}
-	return out
+	return stdout.String()
 }
 
 // applyAgent renders deploy/cluster-agent/ with its steering component,

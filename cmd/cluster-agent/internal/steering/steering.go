@@ -43,11 +43,13 @@ import (
 const LabelLWSGroupKey = "leaderworkerset.sigs.k8s.io/group-key"
 
 // restoreSteering is what a PolicyNotFound or PolicyNotAsShipped message
-// asks for. With the chart, only the release may restore them: Helm
-// (v4) leaves out of its uninstall an object it does not own, such as one
-// applied again by hand.
-const restoreSteering = "helm upgrade the agent's release with --reuse-values --set steering.enabled=true --force-conflicts, " +
-	"or, where it was installed from deploy/cluster-agent/, apply deploy/cluster-agent/steering/ again"
+// asks for, by how the agent was installed
+// (docs/cluster-agent.md#honest-status). With the chart, only the release
+// may restore them: Helm v4's uninstall leaves out an object its release
+// does not own, such as one applied again by hand.
+const restoreSteering = "helm upgrade the agent's release at its chart --version with --reuse-values --set steering.enabled=true " +
+	"(with Helm v4 also --server-side=true --force-conflicts); where the relay's agentRelease installs it, " +
+	"set steering.enabled in agentRelease.values; where it was installed from deploy/cluster-agent/, apply deploy/cluster-agent/steering/ again"
 
 // markRetry is how long after a failed patch of its own Pod the agent
 // tries again.
@@ -759,7 +761,7 @@ func (s *Steerer) steerable(now time.Time, enabled map[string]*unstructured.Unst
 func (s *Steerer) policyProblem() *problem {
 	p, b, ok := s.cluster.SteeringPolicy()
 	if !ok {
-		return &problem{v1alpha1.ReasonPolicyNotFound, fmt.Sprintf("cannot read the MutatingAdmissionPolicy and MutatingAdmissionPolicyBinding %s yet: %s (its role lets the agent read them)", v1alpha1.SteeringPolicy, restoreSteering)}
+		return &problem{v1alpha1.ReasonPolicyNotFound, fmt.Sprintf("cannot read the MutatingAdmissionPolicy and MutatingAdmissionPolicyBinding %s yet (steering's role lets the agent read them): %s", v1alpha1.SteeringPolicy, restoreSteering)}
 	}
 	if p == nil || b == nil {
 		return &problem{v1alpha1.ReasonPolicyNotFound, fmt.Sprintf("%s: %s", agent.CheckSteeringPolicy(p, b, agent.SteeringAgent{Namespace: s.cfg.PodNamespace}), restoreSteering)}
